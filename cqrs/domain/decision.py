@@ -1,0 +1,322 @@
+"""The one decision function, shared by the Spark command processor and the test kit.
+
+``decide(entry, aggregate_id, state, version, commands)`` runs an ordered batch of commands
+against one aggregate and returns the new state, the new version and one outcome per command.
+It is pure and deterministic: it never reads the clock (event timestamps come from the
+commands), event ids are ``uuid5(EVENT_ID_NAMESPACE, f"{aggregate_type}/{aggregate_id}/{version}")``
+and the input state is never mutated.
+
+State conventions (shared with whatever stores the state):
+
+* ``state is None and version == 0``: the aggregate does not exist yet; a command sees a fresh
+  ``AggregateClass()`` and the state stays ``None`` unless an event is applied;
+* ``state is None and version > 0``: the aggregate was deleted by a terminal event; every
+  command is rejected with code ``"aggregate_deleted"``;
+* otherwise ``state`` is the aggregate after ``version`` events.
+
+Versions: each event increments the version by one; ``Accepted.version`` is the version after
+the command's last event (unchanged when the handler returned no event).
+
+Copying: the input state is copied once per call (shallow or deep, see
+:mod:`cqrs.domain.aggregate`). If a handler crashes or an applier raises, the command gets a
+:class:`Failed` outcome and the state is rebuilt to what it was before that command by replaying
+the events accepted earlier in the same call onto a fresh copy (rare, so cheap on average).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, TypeAlias, TypeVar
+
+import attrs
+
+from cqrs.domain.aggregate import Aggregate
+from cqrs.domain.handler import CommandContext
+from cqrs.domain.messages import is_event, type_name
+from cqrs.domain.model import AggregateEntry
+from cqrs.errors import NotAMessageError, Rejected, ReplayError
+
+__all__ = [
+    "EVENT_ID_NAMESPACE",
+    "Accepted",
+    "CommandInput",
+    "Decision",
+    "Failed",
+    "NewEvent",
+    "Outcome",
+    "RejectedOutcome",
+    "decide",
+    "event_id_for",
+    "replay",
+]
+
+A = TypeVar("A", bound=Aggregate)
+
+EVENT_ID_NAMESPACE: Final = uuid.UUID("6f1c2a4e-0d8b-5c3a-9e57-c0a7e5d1b2f4")
+
+CODE_WRONG_VERSION: Final = "wrong_expected_version"
+CODE_DELETED: Final = "aggregate_deleted"
+
+
+@attrs.frozen(slots=True)
+class CommandInput:
+    """One command to decide, in processing order (for Spark: sorted by partition, offset)."""
+
+    command_id: str
+    command: Any
+    expected_version: int | None
+    timestamp: _dt.datetime  # from the command envelope; becomes the events' timestamp
+    correlation_id: str | None = None  # None: the command id
+
+
+@attrs.frozen(slots=True)
+class NewEvent:
+    """An event produced by a command, with its position in the aggregate's stream."""
+
+    event_id: str
+    aggregate_id: str
+    aggregate_type: str
+    version: int
+    type_name: str
+    event: Any
+    timestamp: _dt.datetime
+    causation_id: str
+    correlation_id: str
+
+
+@attrs.frozen(slots=True)
+class Accepted:
+    """The command ran; ``version`` is the aggregate version after its last event."""
+
+    command_id: str
+    version: int
+    events: tuple[NewEvent, ...]
+
+
+@attrs.frozen(slots=True)
+class RejectedOutcome:
+    """The command was refused (business rule, wrong expected version, deleted aggregate)."""
+
+    command_id: str
+    reason: str
+    code: str
+    current_version: int
+
+
+@attrs.frozen(slots=True)
+class Failed:
+    """The handler or an applier crashed (or returned a non-event); the state is untouched."""
+
+    command_id: str
+    error_type: str
+    message: str
+    current_version: int
+
+
+Outcome: TypeAlias = Accepted | RejectedOutcome | Failed
+
+
+@attrs.frozen(slots=True)
+class Decision:
+    """Result of :func:`decide`: the state and version to keep, and one outcome per command."""
+
+    state: Any
+    version: int
+    outcomes: tuple[Outcome, ...]
+
+
+def event_id_for(aggregate_type: str, aggregate_id: str, version: int) -> str:
+    """Deterministic event id of the event at ``version`` of one aggregate."""
+    return str(uuid.uuid5(EVENT_ID_NAMESPACE, f"{aggregate_type}/{aggregate_id}/{version}"))
+
+
+def _events_of(result: object, route_name: str) -> tuple[Any, ...]:
+    if result is None:
+        return ()
+    if is_event(result):
+        return (result,)
+    if isinstance(result, (str, bytes)) or not isinstance(result, Iterable):
+        raise NotAMessageError(
+            f"handler {route_name} returned {result!r}: return an @event instance, a list of "
+            "them, or None"
+        )
+    events = tuple(result)
+    for ev in events:
+        if not is_event(ev):
+            raise NotAMessageError(
+                f"handler {route_name} returned {ev!r} ({type(ev).__qualname__}) among its "
+                "events: return only @event instances"
+            )
+    return events
+
+
+def decide(
+    entry: AggregateEntry,
+    aggregate_id: str,
+    state: Any,
+    version: int,
+    commands: Iterable[CommandInput],
+) -> Decision:
+    """Decide an ordered batch of commands for one aggregate (see the module doc)."""
+    cls = entry.aggregate_class
+    routes = entry.routes
+    agg_type = entry.type_name
+    copier = cls._cqrs_copier()
+    deleted = state is None and version > 0
+    working = None if state is None else copier(state)
+    applied: list[Any] = []  # event objects accepted in this call, for rollback
+    outcomes: list[Outcome] = []
+    for ci in commands:
+        cid = ci.command_id
+        if deleted:
+            outcomes.append(
+                RejectedOutcome(
+                    cid,
+                    f"aggregate {agg_type} {aggregate_id!r} was deleted at version {version}",
+                    CODE_DELETED,
+                    version,
+                )
+            )
+            continue
+        expected = ci.expected_version
+        if expected is not None and expected != version:
+            outcomes.append(
+                RejectedOutcome(
+                    cid,
+                    f"expected version {expected} but aggregate {agg_type} {aggregate_id!r} "
+                    f"is at version {version}",
+                    CODE_WRONG_VERSION,
+                    version,
+                )
+            )
+            continue
+        route = routes.get(type(ci.command))
+        if route is None:
+            outcomes.append(
+                Failed(
+                    cid,
+                    "MissingHandlerError",
+                    f"aggregate {agg_type} has no handler for command {ci.command!r}",
+                    version,
+                )
+            )
+            continue
+        current = working if working is not None else cls()
+        correlation = ci.correlation_id or cid
+        try:
+            if route.wants_context:
+                ctx = CommandContext(aggregate_id, version, cid, ci.timestamp, correlation)
+                result = route.function(route.handler, current, ci.command, ctx)
+            else:
+                result = route.function(route.handler, current, ci.command)
+            events = _events_of(result, route.qualname)
+        except Rejected as rej:
+            outcomes.append(RejectedOutcome(cid, rej.reason, rej.code, version))
+            continue
+        except Exception as exc:  # noqa: BLE001 - a crashing handler is an outcome
+            outcomes.append(Failed(cid, type(exc).__qualname__, str(exc), version))
+            continue
+        if not events:
+            outcomes.append(Accepted(cid, version, ()))
+            continue
+        v = version
+        new_events: list[NewEvent] = []
+        terminal = False
+        try:
+            for ev in events:
+                ev_cls = type(ev)
+                if terminal:
+                    raise ReplayError(
+                        f"handler {route.qualname} returned {ev!r} after the terminal event: "
+                        "the terminal event must be the last one"
+                    )
+                if cls._cqrs_is_terminal(ev_cls):
+                    terminal = True
+                    fn = cls._cqrs_applier_or_none(ev_cls)
+                else:
+                    fn = cls._cqrs_applier(ev_cls)
+                if fn is not None:
+                    returned = fn(current, ev)
+                    if returned is not None and isinstance(returned, cls):
+                        current = returned
+                v += 1
+                new_events.append(
+                    NewEvent(
+                        event_id_for(agg_type, aggregate_id, v),
+                        aggregate_id,
+                        agg_type,
+                        v,
+                        type_name(ev_cls),
+                        ev,
+                        ci.timestamp,
+                        cid,
+                        correlation,
+                    )
+                )
+        except Exception as exc:  # noqa: BLE001 - a crashing applier is an outcome
+            outcomes.append(Failed(cid, type(exc).__qualname__, str(exc), version))
+            working = _rebuild(cls, state, copier, applied)
+            continue
+        applied.extend(events)
+        version = v
+        outcomes.append(Accepted(cid, v, tuple(new_events)))
+        if terminal:
+            working, deleted = None, True
+        else:
+            working = current
+    return Decision(working, version, tuple(outcomes))
+
+
+def _rebuild(cls: type[A], original: A | None, copier: Any, events: Sequence[Any]) -> A | None:
+    if original is None and not events:
+        return None
+    current = cls() if original is None else copier(original)
+    for ev in events:
+        fn = cls._cqrs_applier_or_none(type(ev))
+        if fn is not None:
+            returned = fn(current, ev)
+            if returned is not None and isinstance(returned, cls):
+                current = returned
+    return current
+
+
+def replay(
+    aggregate_cls: type[A],
+    events: Iterable[Any],
+    state: A | None = None,
+    version: int = 0,
+) -> tuple[A | None, int]:
+    """Fold events (event objects or :class:`NewEvent`) into ``(state, version)``.
+
+    Start from ``(state, version)`` to continue from a snapshot; the input state is not mutated.
+    A terminal event yields ``(None, version)``; any event after it is a :class:`ReplayError`.
+    """
+    deleted = state is None and version > 0
+    current: A | None = None if state is None else aggregate_cls._cqrs_copier()(state)
+    for item in events:
+        ev = item.event if isinstance(item, NewEvent) else item
+        ev_cls = type(ev)
+        if deleted:
+            raise ReplayError(
+                f"event {ev!r} follows the terminal event of a {aggregate_cls.__qualname__} at "
+                f"version {version}: nothing may follow a deletion"
+            )
+        if not is_event(ev):
+            raise NotAMessageError(f"replay takes @event instances, got {ev!r}")
+        if current is None:
+            current = aggregate_cls()
+        if aggregate_cls._cqrs_is_terminal(ev_cls):
+            fn = aggregate_cls._cqrs_applier_or_none(ev_cls)
+            deleted = True
+        else:
+            fn = aggregate_cls._cqrs_applier(ev_cls)
+        if fn is not None:
+            returned = fn(current, ev)
+            if returned is not None and isinstance(returned, aggregate_cls):
+                current = returned
+        version += 1
+        if deleted:
+            current = None
+    return current, version
