@@ -1,0 +1,72 @@
+"""``App``: a named application: its domain model, projections and codec.
+
+>>> bank = App("bank", aggregates=[Account], handlers=[AccountHandler])
+
+Thin on purpose: the command processor, topics and client are wired on top of it elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from cqrs.codec.registry import Codec, check_compatibility
+from cqrs.codec.schema_store import InMemorySchemaStore, SchemaStore
+from cqrs.codec.upcasting import Upcaster
+from cqrs.domain.aggregate import Aggregate
+from cqrs.domain.handler import CommandHandler
+from cqrs.domain.model import DomainModel
+from cqrs.errors import InvalidAppNameError
+
+__all__ = ["App"]
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+class App:
+    """A named set of aggregates, handlers, projections and upcasters.
+
+    ``codec`` encodes and decodes every command, event and aggregate state of the model; it uses
+    an in-memory schema store until :meth:`use_schema_store` binds a shared one (e.g. Kafka).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        aggregates: Iterable[type[Aggregate]],
+        handlers: Iterable[CommandHandler[Any] | type[CommandHandler[Any]]],
+        projections: Iterable[Any] = (),
+        upcasters: Iterable[Upcaster] = (),
+        events: Iterable[type] = (),
+        commands: Iterable[type] = (),
+    ) -> None:
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise InvalidAppNameError(
+                f"app name {name!r} is invalid: use lower-case letters, digits, '_', '.' and "
+                "'-', starting with a letter or digit (it prefixes topic and table names)"
+            )
+        self.name = name
+        self.model = DomainModel(aggregates, handlers, events=events, commands=commands)
+        self.projections: tuple[Any, ...] = tuple(projections)
+        self.upcasters: tuple[Upcaster, ...] = tuple(upcasters)
+        self.codec = self.codec_for(InMemorySchemaStore())
+
+    def codec_for(self, store: SchemaStore) -> Codec:
+        """A codec for this app's classes and upcasters bound to ``store``."""
+        return Codec(self.model.message_classes(), upcasters=self.upcasters, store=store)
+
+    def use_schema_store(self, store: SchemaStore, *, check: bool = True) -> Codec:
+        """Bind ``self.codec`` to ``store`` (checking compatibility with it first)."""
+        codec = self.codec_for(store)
+        if check:
+            check_compatibility(store, codec)
+        self.codec = codec
+        return codec
+
+    def __repr__(self) -> str:
+        return (
+            f"App({self.name!r}, aggregates={sorted(self.model.aggregates)}, "
+            f"commands={len(self.model.commands)}, events={len(self.model.events)})"
+        )

@@ -1,0 +1,281 @@
+"""``Codec``: registered classes <-> single-object encoded Avro bytes, with schema evolution.
+
+Encoding writes ``C3 01`` + fingerprint + body with the class's current schema (published to
+the schema store on first use). Decoding finds the writer schema by fingerprint, then:
+
+* same type and version as the current class: Avro schema resolution (fastavro) from the
+  writer schema to the current one (added fields with defaults, removed fields, promotions);
+* older version (or a renamed type): decode with the writer schema, run the upcasters
+  (type, v1) -> v2 -> v3 ..., then build the current class (missing fields take defaults).
+
+``check_compatibility(store, codec)`` is run when an app starts: it refuses a current schema that
+cannot read what the store says was written before.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+from cqrs.codec.compat import incompatibilities
+from cqrs.codec.schema import schema_for
+from cqrs.codec.schema_store import InMemorySchemaStore, SchemaStore
+from cqrs.codec.single_object import fingerprint, header, split
+from cqrs.codec.upcasting import Upcaster
+from cqrs.codec.values import record_from_avro, record_to_avro
+from cqrs.domain.messages import type_name, type_version
+from cqrs.errors import (
+    CodecError,
+    DecodeError,
+    EncodeError,
+    IncompatibleSchemaError,
+    MissingUpcasterError,
+    TruncatedMessageError,
+    UnregisteredTypeError,
+)
+
+__all__ = ["Codec", "RegisteredType", "check_compatibility"]
+
+
+@attrs.frozen(slots=True)
+class RegisteredType:
+    """A class the codec knows: its stable name, version, schema and fingerprint."""
+
+    cls: type
+    type_name: str
+    version: int
+    schema: dict[str, Any]
+    parsed: Any
+    fingerprint: bytes
+    header: bytes
+
+
+@attrs.frozen(slots=True)
+class _Writer:
+    parsed: Any
+    type_name: str
+    version: int
+
+
+class Codec:
+    """Encodes registered classes to bytes and decodes bytes to the current classes."""
+
+    def __init__(
+        self,
+        classes: Iterable[type] = (),
+        *,
+        upcasters: Iterable[Upcaster] = (),
+        store: SchemaStore | None = None,
+    ) -> None:
+        self.store: SchemaStore = store if store is not None else InMemorySchemaStore()
+        self._by_class: dict[type, RegisteredType] = {}
+        self._by_name: dict[str, RegisteredType] = {}
+        self._published: set[bytes] = set()
+        self._writers: dict[bytes, _Writer] = {}
+        self._lock = threading.Lock()
+        self._upcasters: dict[tuple[str, int], Upcaster] = {}
+        for cls in classes:
+            self.register(cls)
+        for up in upcasters:
+            if not isinstance(up, Upcaster):
+                raise TypeError(f"upcasters takes Upcaster objects (see @upcaster), got {up!r}")
+            other = self._upcasters.setdefault(up.source, up)
+            if other is not up:
+                raise CodecError(
+                    f"two upcasters from {up.type_name} v{up.from_version}: keep one"
+                )
+
+    # ---- registration ---------------------------------------------------------------------
+
+    def register(self, cls: type) -> RegisteredType:
+        """Register an attrs class (message, aggregate or value) under its stable type name."""
+        found = self._by_class.get(cls)
+        if found is not None:
+            return found
+        name = type_name(cls)
+        other = self._by_name.get(name)
+        if other is not None:
+            raise CodecError(
+                f"type name {name!r} is registered for {other.cls.__qualname__} already; "
+                f"{cls.__qualname__} needs another name"
+            )
+        schema = schema_for(cls)
+        fp = fingerprint(schema)
+        reg = RegisteredType(
+            cls, name, type_version(cls), schema, parse_schema(schema), fp, header(fp)
+        )
+        self._by_class[cls] = reg
+        self._by_name[name] = reg
+        return reg
+
+    def registered(self) -> list[RegisteredType]:
+        """Every registered class, in registration order."""
+        return list(self._by_name.values())
+
+    def lookup(self, cls_or_name: type | str) -> RegisteredType:
+        """The registration of a class or type name, or :class:`UnregisteredTypeError`."""
+        reg = (
+            self._by_name.get(cls_or_name)
+            if isinstance(cls_or_name, str)
+            else self._by_class.get(cls_or_name)
+        )
+        if reg is None:
+            shown = cls_or_name if isinstance(cls_or_name, str) else cls_or_name.__qualname__
+            raise UnregisteredTypeError(
+                f"type {shown!r} is not registered with this codec (registered: "
+                f"{sorted(self._by_name)}): add its class to the App (aggregates, handlers, "
+                "events=...) or call codec.register(cls)"
+            )
+        return reg
+
+    def publish_schemas(self) -> list[bytes]:
+        """Put every registered schema into the store now (done lazily on first encode too)."""
+        return [self._publish(reg) for reg in self.registered()]
+
+    def _publish(self, reg: RegisteredType) -> bytes:
+        if reg.fingerprint not in self._published:
+            with self._lock:
+                fp = self.store.put(reg.schema)
+                assert fp == reg.fingerprint, "schema store fingerprint mismatch"
+                self._published.add(fp)
+        return reg.fingerprint
+
+    # ---- encode / decode ------------------------------------------------------------------
+
+    def encode(self, obj: object) -> bytes:
+        """Single-object encoded Avro bytes of a registered instance."""
+        reg = self._by_class.get(type(obj))
+        if reg is None:
+            if isinstance(obj, type):
+                raise EncodeError(f"encode takes an instance, got the class {obj.__qualname__}")
+            reg = self.lookup(type(obj))
+        self._publish(reg)
+        record = record_to_avro(obj)
+        buf = io.BytesIO()
+        buf.write(reg.header)
+        try:
+            schemaless_writer(buf, reg.parsed, record)
+        except Exception as exc:  # values were checked already: this is a codec bug or exotic
+            raise EncodeError(f"cannot encode {obj!r} with Avro: {exc}") from exc
+        return buf.getvalue()
+
+    def writer_of(self, data: bytes | bytearray | memoryview) -> tuple[str, int]:
+        """``(type name, version)`` the bytes were written with, without decoding the body."""
+        fp, _ = split(data)
+        w = self._writer(fp)
+        return w.type_name, w.version
+
+    def decode(self, data: bytes | bytearray | memoryview) -> Any:
+        """The current-class instance encoded in ``data`` (upcast and resolved)."""
+        fp, body = split(data)
+        writer = self._writer(fp)
+        reg = self._by_name.get(writer.type_name)
+        if reg is not None and reg.version == writer.version:
+            record = self._read(body, writer, reg.parsed)
+            return record_from_avro(reg.cls, record)
+        record = self._read(body, writer, None)
+        name, version = writer.type_name, writer.version
+        chain = [f"{name} v{version}"]
+        while (up := self._upcasters.get((name, version))) is not None:
+            try:
+                record = up(record)
+            except Exception as exc:
+                raise DecodeError(
+                    f"upcaster {up.fn.__qualname__} from {name} v{version} failed: {exc}"
+                ) from exc
+            name, version = up.target
+            chain.append(f"{name} v{version}")
+        reg = self._by_name.get(name)
+        if reg is None:
+            raise UnregisteredTypeError(
+                f"stored type {' -> '.join(chain)} is not registered with this codec: register "
+                "its class, or an upcaster that renames it to a registered type"
+            )
+        if reg.version != version:
+            remedy = (
+                f"register an upcaster from {name} v{version}"
+                if version < reg.version
+                else "this data was written by newer code: deploy the newer version"
+            )
+            raise MissingUpcasterError(
+                f"stored data reached {' -> '.join(chain)} but the current class "
+                f"{reg.cls.__qualname__} is v{reg.version}: {remedy}"
+            )
+        return record_from_avro(reg.cls, record)
+
+    def _writer(self, fp: bytes) -> _Writer:
+        found = self._writers.get(fp)
+        if found is None:
+            schema = self.store.get(fp)
+            name = schema.get("cqrs.type") or schema.get("name", "?")
+            version = schema.get("cqrs.version", 1)
+            found = _Writer(parse_schema(schema), str(name), int(version))
+            self._writers[fp] = found
+        return found
+
+    def _read(self, body: memoryview, writer: _Writer, reader: Any) -> Any:
+        buf = io.BytesIO(body)
+        try:
+            record = schemaless_reader(buf, writer.parsed, reader)
+        except (EOFError, IndexError) as exc:
+            raise TruncatedMessageError(
+                f"the body of a {writer.type_name} v{writer.version} message ends early "
+                f"({len(body)} bytes): the message was truncated"
+            ) from exc
+        except Exception as exc:
+            raise DecodeError(
+                f"cannot decode a {writer.type_name} v{writer.version} message: {exc}; if the "
+                "schema changed, run check_compatibility and add a default or an upcaster"
+            ) from exc
+        if buf.tell() != len(body):
+            raise DecodeError(
+                f"{len(body) - buf.tell()} bytes left after a {writer.type_name} "
+                f"v{writer.version} message: the bytes are corrupt or not one message"
+            )
+        return record
+
+
+def check_compatibility(store: SchemaStore, codec: Codec) -> None:
+    """Refuse current schemas that cannot read stored data (:class:`IncompatibleSchemaError`).
+
+    For every stored schema of a registered type (directly or through upcasters): same version
+    -> Avro resolution must succeed; older version -> an upcaster chain must lead to the
+    current version. Stored types this codec does not know are ignored (other apps).
+    """
+    problems: list[str] = []
+    for fp, schema in store.all().items():
+        name = schema.get("cqrs.type")
+        version = schema.get("cqrs.version", 1)
+        if not isinstance(name, str):
+            continue
+        start = (name, version)
+        while (up := codec._upcasters.get((name, version))) is not None:  # noqa: SLF001
+            name, version = up.target
+        reg = codec._by_name.get(name)  # noqa: SLF001
+        if reg is None:
+            if start != (name, version):
+                problems.append(
+                    f"{start[0]} v{start[1]}: upcasters lead to {name} v{version}, which is not "
+                    "registered: register that class"
+                )
+            continue
+        if version < reg.version:
+            problems.append(
+                f"{name} v{version} (stored, fingerprint {fp.hex()}): no upcaster to the current "
+                f"v{reg.version}: register an upcaster from {name} v{version}"
+            )
+        elif version == reg.version and start == (name, version):
+            for p in incompatibilities(schema, reg.schema):
+                problems.append(
+                    f"{p} (type {name} v{version}, stored fingerprint {fp.hex()})"
+                )
+    if problems:
+        raise IncompatibleSchemaError(
+            "the current schemas cannot read stored data: add a default or register an "
+            "upcaster (and raise the class version) for each of:\n  " + "\n  ".join(problems)
+        )

@@ -1,0 +1,213 @@
+"""The message envelope and its mapping to a Kafka record.
+
+A record on a commands or events topic is::
+
+    key     = aggregate id, UTF-8
+    value   = the payload, Avro single-object encoded (see docs/wire-format.md)
+    headers = the envelope fields, UTF-8 text (ints in decimal, timestamps ISO-8601 UTC)
+
+``to_kafka`` / ``from_kafka`` are pure functions (no Kafka client import): the same code serves
+the Python producer, the Spark job (which sees headers as ``array<struct<key, value>>``) and
+tests. Unknown headers (tracing...) are ignored; a header given twice takes its last value.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, Literal
+
+import attrs
+
+from cqrs.domain.decision import NewEvent
+from cqrs.domain.messages import type_name
+from cqrs.errors import MalformedHeaderError, MissingHeaderError
+
+__all__ = [
+    "CONTENT_TYPE",
+    "HEADER_PREFIX",
+    "Envelope",
+    "Headers",
+    "MessageKind",
+    "from_kafka",
+    "to_kafka",
+]
+
+CONTENT_TYPE: Final = "application/vnd.cqrs+avro-single-object"
+HEADER_PREFIX: Final = "cqrs."
+MessageKind = Literal["command", "event"]
+Headers = list[tuple[str, bytes]]
+
+_REQUIRED: Final = ("message_id", "message_type", "kind", "aggregate_type", "timestamp")
+_OPTIONAL_STR: Final = ("command_id", "correlation_id", "causation_id")
+_OPTIONAL_INT: Final = ("version", "expected_version")
+
+
+@attrs.frozen(slots=True)
+class Envelope:
+    """Everything about a message except its payload."""
+
+    message_id: str
+    message_type: str  # stable type name of the payload class
+    kind: MessageKind
+    aggregate_type: str
+    aggregate_id: str
+    timestamp: _dt.datetime  # when the command was issued (events inherit it); tz-aware
+    version: int | None = None  # events: the aggregate version this event produced
+    expected_version: int | None = None  # commands: None = any, 0 = new, n = exactly n
+    command_id: str | None = None
+    correlation_id: str | None = None
+    causation_id: str | None = None
+    content_type: str = CONTENT_TYPE
+
+    @classmethod
+    def for_event(cls, e: NewEvent) -> Envelope:
+        """The envelope of an event produced by the decision function."""
+        return cls(
+            message_id=e.event_id,
+            message_type=e.type_name,
+            kind="event",
+            aggregate_type=e.aggregate_type,
+            aggregate_id=e.aggregate_id,
+            timestamp=e.timestamp,
+            version=e.version,
+            command_id=e.causation_id,
+            correlation_id=e.correlation_id,
+            causation_id=e.causation_id,
+        )
+
+    @classmethod
+    def for_command(
+        cls,
+        command: object,
+        *,
+        command_id: str,
+        aggregate_type: str,
+        aggregate_id: str,
+        timestamp: _dt.datetime,
+        expected_version: int | None = None,
+        correlation_id: str | None = None,
+        causation_id: str | None = None,
+    ) -> Envelope:
+        """The envelope of a command sent by a client."""
+        return cls(
+            message_id=command_id,
+            message_type=type_name(command),
+            kind="command",
+            aggregate_type=aggregate_type,
+            aggregate_id=aggregate_id,
+            timestamp=timestamp,
+            expected_version=expected_version,
+            command_id=command_id,
+            correlation_id=correlation_id or command_id,
+            causation_id=causation_id,
+        )
+
+
+def _timestamp_text(ts: _dt.datetime) -> str:
+    if ts.tzinfo is None or ts.utcoffset() is None:
+        raise MalformedHeaderError(
+            f"envelope timestamp {ts!r} is naive: use a timezone-aware datetime "
+            "(e.g. datetime.now(timezone.utc))"
+        )
+    return ts.astimezone(_dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+def to_kafka(envelope: Envelope, payload: bytes) -> tuple[bytes, bytes, Headers]:
+    """``(key, value, headers)`` of the Kafka record carrying ``payload`` in ``envelope``."""
+    headers: Headers = [("content-type", envelope.content_type.encode())]
+    for name in _REQUIRED:
+        value = getattr(envelope, name)
+        text = _timestamp_text(value) if name == "timestamp" else str(value)
+        headers.append((HEADER_PREFIX + name, text.encode()))
+    for name in (*_OPTIONAL_INT, *_OPTIONAL_STR):
+        value = getattr(envelope, name)
+        if value is not None:
+            headers.append((HEADER_PREFIX + name, str(value).encode()))
+    return envelope.aggregate_id.encode(), bytes(payload), headers
+
+
+def _header_map(headers: Iterable[Any] | None) -> dict[str, bytes | None]:
+    found: dict[str, bytes | None] = {}
+    for item in headers or ():
+        if isinstance(item, Sequence) and len(item) == 2:
+            k, v = item
+        else:  # a Spark Row / struct with .key / .value
+            k, v = item["key"], item["value"]
+        if isinstance(k, bytes):
+            k = k.decode("utf-8", "replace")
+        found[str(k)] = bytes(v) if v is not None else None
+    return found
+
+
+def _text(found: dict[str, bytes | None], name: str, required: bool) -> str | None:
+    raw = found.get(name)
+    if raw is None:
+        if required:
+            raise MissingHeaderError(
+                f"Kafka record has no {name!r} header (headers present: {sorted(found)}): it was "
+                "not produced through cqrs.envelope.to_kafka; send commands with the cqrs client"
+            )
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedHeaderError(
+            f"header {name!r} = {raw!r} is not UTF-8 text: the producer garbled it"
+        ) from None
+
+
+def from_kafka(
+    key: bytes | None, value: bytes | None, headers: Iterable[Any] | None
+) -> tuple[Envelope, bytes]:
+    """``(envelope, payload)`` of a Kafka record written by :func:`to_kafka`."""
+    if key is None:
+        raise MissingHeaderError(
+            "Kafka record has no key: the key must be the aggregate id (UTF-8)"
+        )
+    if value is None:
+        raise MissingHeaderError(
+            "Kafka record has no value (a tombstone?): commands and events carry a payload"
+        )
+    try:
+        aggregate_id = bytes(key).decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedHeaderError(f"record key {key!r} is not a UTF-8 aggregate id") from None
+    found = _header_map(headers)
+    fields: dict[str, Any] = {"aggregate_id": aggregate_id}
+    for name in _REQUIRED:
+        fields[name] = _text(found, HEADER_PREFIX + name, True)
+    if fields["kind"] not in ("command", "event"):
+        raise MalformedHeaderError(
+            f"header 'cqrs.kind' = {fields['kind']!r}: expected 'command' or 'event'"
+        )
+    try:
+        ts = _dt.datetime.fromisoformat(fields["timestamp"])
+    except ValueError:
+        raise MalformedHeaderError(
+            f"header 'cqrs.timestamp' = {fields['timestamp']!r} is not an ISO-8601 datetime "
+            "such as 2024-01-01T00:00:00.000000+00:00"
+        ) from None
+    if ts.tzinfo is None:
+        raise MalformedHeaderError(
+            f"header 'cqrs.timestamp' = {fields['timestamp']!r} has no UTC offset: add +00:00"
+        )
+    fields["timestamp"] = ts
+    for name in _OPTIONAL_INT:
+        text = _text(found, HEADER_PREFIX + name, False)
+        if text is not None:
+            try:
+                fields[name] = int(text)
+            except ValueError:
+                raise MalformedHeaderError(
+                    f"header {HEADER_PREFIX + name!r} = {text!r} is not an integer"
+                ) from None
+    for name in _OPTIONAL_STR:
+        fields[name] = _text(found, HEADER_PREFIX + name, False)
+    content_type = _text(found, "content-type", False) or CONTENT_TYPE
+    if content_type != CONTENT_TYPE:
+        raise MalformedHeaderError(
+            f"content-type {content_type!r} is not {CONTENT_TYPE!r}: this record was not "
+            "written by the cqrs codec"
+        )
+    return Envelope(content_type=content_type, **fields), bytes(value)
