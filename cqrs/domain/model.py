@@ -105,15 +105,18 @@ class DomainModel:
                 event_classes=tuple(evs),
             )
             for ev in evs:
+                claim(ev)
                 event_classes[type_name(ev)] = ev
         for rs in routes.values():
             for ev in rs[0].declared_events:
-                event_classes.setdefault(type_name(ev), ev)
+                claim(ev)
+                event_classes[type_name(ev)] = ev
         for ev in events:
             if not is_event(ev):
                 raise NotAMessageError(f"events takes @event classes, got {ev!r}")
+            claim(ev)
             event_classes[type_name(ev)] = ev
-        for cls in [*routes, *event_classes.values()]:
+        for cls in routes:
             claim(cls)
         self._entries = entries
         self._by_class = {e.aggregate_class: e for e in entries.values()}
