@@ -1,0 +1,95 @@
+"""``cqrs dev install | up | status | down | logs`` and ``cqrs smoke``: the local stack."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+from cqrs.config import CqrsConfig
+from cqrs.devstack import artifacts
+from cqrs.devstack.stack import DevStack, ServiceStatus
+
+__all__ = ["register"]
+
+
+def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    dev = commands.add_parser("dev", help="the local Kafka + Cassandra stack (no Docker)")
+    sub = dev.add_subparsers(dest="action", required=True, metavar="ACTION")
+    install = sub.add_parser("install", help="resolve Kafka, Cassandra and the Spark Kafka "
+                             "connector from Maven Central into the cache (once)")
+    install.set_defaults(run=_install)
+    up = sub.add_parser("up", help="start Kafka and Cassandra in the background, wait until healthy")
+    up.add_argument("--fresh", action="store_true", help="wipe the stack's data first")
+    up.set_defaults(run=_up)
+    status = sub.add_parser("status", help="show whether each service runs and answers")
+    status.set_defaults(run=_status)
+    down = sub.add_parser("down", help="stop the services `up` started (data is kept)")
+    down.set_defaults(run=_down)
+    logs = sub.add_parser("logs", help="show a service's log")
+    logs.add_argument("service", choices=["kafka", "cassandra"])
+    logs.add_argument("-n", "--lines", type=int, default=50, help="how many last lines (default 50)")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.set_defaults(run=_logs)
+
+    smoke = commands.add_parser("smoke", help="prove the stack end to end: Kafka produce/consume, "
+                                "Cassandra write/read, a Spark Kafka-to-Kafka streaming query")
+    smoke.add_argument("--up", action="store_true", help="run `cqrs dev up` first")
+    smoke.set_defaults(run=_smoke)
+
+
+def _install(cfg: CqrsConfig, args: argparse.Namespace) -> int:
+    artifacts.install(cfg.dev)
+    print(f"artifacts cached in {cfg.dev.artifacts_path}")
+    return 0
+
+
+def _print_status(statuses: list[ServiceStatus]) -> None:
+    print(f"{'service':<10} {'state':<9} {'pid':>7} {'RSS MiB':>8} {'ready in':>9}  endpoint")
+    for s in statuses:
+        state = "healthy" if s.healthy else ("starting" if s.running else "stopped")
+        rss = f"{s.resident_mib:.0f}" if s.resident_mib is not None else "-"
+        took = f"{s.started_in_s:.1f} s" if s.started_in_s is not None else "-"
+        print(f"{s.name:<10} {state:<9} {s.pid or '-':>7} {rss:>8} {took:>9}  {s.endpoint}")
+
+
+def _up(cfg: CqrsConfig, args: argparse.Namespace) -> int:
+    missing = [c for c in ("kafka", "cassandra") if not artifacts.is_installed(cfg.dev, c)]
+    if missing:
+        print(f"not installed yet: {', '.join(missing)}; running `cqrs dev install` first")
+        artifacts.install(cfg.dev)
+    statuses = DevStack(cfg).up(fresh=args.fresh)
+    _print_status(statuses)
+    print(f"\nKafka:     bootstrap servers {cfg.kafka.bootstrap_servers}   (CQRS_KAFKA_BOOTSTRAP)")
+    print(f"Cassandra: {cfg.cassandra.hosts}:{cfg.cassandra.port}   (CQRS_CASSANDRA_HOSTS, CQRS_CASSANDRA_PORT)")
+    print(f"data in {cfg.dev.data_path}; stop with `cqrs dev down`")
+    return 0
+
+
+def _status(cfg: CqrsConfig, args: argparse.Namespace) -> int:
+    statuses = DevStack(cfg).status()
+    _print_status(statuses)
+    return 0 if all(s.healthy for s in statuses) else 1
+
+
+def _down(cfg: CqrsConfig, args: argparse.Namespace) -> int:
+    DevStack(cfg).down()
+    return 0
+
+
+def _logs(cfg: CqrsConfig, args: argparse.Namespace) -> int:
+    path = DevStack(cfg).log_file(args.service)
+    argv = ["tail", f"-n{args.lines}", *(["-F"] if args.follow else []), path]
+    return subprocess.call(argv, stdout=sys.stdout, stderr=sys.stderr)
+
+
+def _smoke(cfg: CqrsConfig, args: argparse.Namespace) -> int:
+    from cqrs.devstack.smoke import run_all
+
+    if args.up:
+        _up(cfg, argparse.Namespace(fresh=False))
+    started = time.monotonic()
+    run_all(cfg)
+    print(f"smoke checks passed in {time.monotonic() - started:.1f} s")
+    return 0

@@ -1,0 +1,337 @@
+"""The one configuration object, read from a TOML file and the environment, passed down.
+
+Every setting is declared once below, with its type, default, environment variable and doc;
+``docs/configuration.md`` is generated from these declarations (``cqrs config docs``).
+
+Precedence, lowest to highest: defaults, the file (``cqrs.toml`` in the working directory, or
+the path in ``CQRS_CONFIG``), environment variables, explicit overrides.
+
+Nothing deep inside the framework reads ``os.environ``: components receive a :class:`CqrsConfig`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import attrs
+
+from cqrs.errors import ConfigError
+
+__all__ = [
+    "CassandraSettings",
+    "CqrsConfig",
+    "DevSettings",
+    "KafkaSettings",
+    "SparkSettings",
+    "load_config",
+    "settings_reference",
+]
+
+_ENV = "env"
+_DOC = "doc"
+
+
+def setting(default: Any, env: str | None, doc: str) -> Any:
+    """Declare one setting: its default, the environment variable that overrides it, its doc."""
+    if isinstance(default, dict):
+        return attrs.field(factory=lambda: dict(default), metadata={_ENV: env, _DOC: doc})
+    return attrs.field(default=default, metadata={_ENV: env, _DOC: doc})
+
+
+@attrs.frozen
+class KafkaSettings:
+    bootstrap_servers: str = setting(
+        "127.0.0.1:19092", "CQRS_KAFKA_BOOTSTRAP", "Kafka bootstrap servers, host:port[,host:port]."
+    )
+    security_protocol: str = setting(
+        "PLAINTEXT", "CQRS_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."
+    )
+    sasl_mechanism: str = setting("", "CQRS_KAFKA_SASL_MECHANISM", "e.g. PLAIN, SCRAM-SHA-512.")
+    sasl_username: str = setting("", "CQRS_KAFKA_SASL_USERNAME", "SASL user name.")
+    sasl_password: str = setting("", "CQRS_KAFKA_SASL_PASSWORD", "SASL password.")
+    ssl_ca_location: str = setting("", "CQRS_KAFKA_SSL_CA", "CA certificate file (PEM) for TLS.")
+    default_partitions: int = setting(
+        4, "CQRS_KAFKA_PARTITIONS", "Partitions of topics the framework creates."
+    )
+    replication_factor: int = setting(
+        1, "CQRS_KAFKA_REPLICATION", "Replication factor of topics the framework creates."
+    )
+    extra: dict[str, str] = setting(
+        {}, None, "Any other librdkafka / Java client property, passed through as is."
+    )
+
+    def client_options(self) -> dict[str, str]:
+        """Security and extra options for confluent-kafka (librdkafka names), without bootstrap."""
+        opts: dict[str, str] = {"security.protocol": self.security_protocol}
+        if self.sasl_mechanism:
+            opts["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            opts["sasl.username"] = self.sasl_username
+            opts["sasl.password"] = self.sasl_password
+        if self.ssl_ca_location:
+            opts["ssl.ca.location"] = self.ssl_ca_location
+        opts.update(self.extra)
+        return opts
+
+    def spark_options(self) -> dict[str, str]:
+        """The same settings as options of Spark's Kafka source and sink (``kafka.`` prefix)."""
+        opts = {
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            "kafka.security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            opts["kafka.sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            module = (
+                "org.apache.kafka.common.security.plain.PlainLoginModule"
+                if self.sasl_mechanism in ("", "PLAIN")
+                else "org.apache.kafka.common.security.scram.ScramLoginModule"
+            )
+            opts["kafka.sasl.jaas.config"] = (
+                f'{module} required username="{self.sasl_username}" '
+                f'password="{self.sasl_password}";'
+            )
+        if self.ssl_ca_location:
+            opts["kafka.ssl.truststore.type"] = "PEM"
+            opts["kafka.ssl.truststore.location"] = self.ssl_ca_location
+        opts.update({f"kafka.{k}": v for k, v in self.extra.items()})
+        return opts
+
+
+@attrs.frozen
+class CassandraSettings:
+    hosts: str = setting("127.0.0.1", "CQRS_CASSANDRA_HOSTS", "Contact points, comma separated.")
+    port: int = setting(19042, "CQRS_CASSANDRA_PORT", "CQL native transport port.")
+    keyspace: str = setting("cqrs", "CQRS_CASSANDRA_KEYSPACE", "Keyspace of the read models.")
+    replication: str = setting(
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+        "CQRS_CASSANDRA_REPLICATION",
+        "Replication map used when the framework creates the keyspace.",
+    )
+    username: str = setting("", "CQRS_CASSANDRA_USERNAME", "Authentication user name.")
+    password: str = setting("", "CQRS_CASSANDRA_PASSWORD", "Authentication password.")
+    ssl_ca_location: str = setting("", "CQRS_CASSANDRA_SSL_CA", "CA certificate (PEM) for TLS.")
+    local_dc: str = setting("datacenter1", "CQRS_CASSANDRA_LOCAL_DC", "Local data center name.")
+
+    def contact_points(self) -> list[str]:
+        return [h.strip() for h in self.hosts.split(",") if h.strip()]
+
+
+@attrs.frozen
+class SparkSettings:
+    master: str = setting("local[2]", "CQRS_SPARK_MASTER", "Spark master URL.")
+    shuffle_partitions: int = setting(
+        4, "CQRS_SPARK_SHUFFLE_PARTITIONS", "spark.sql.shuffle.partitions (state partitions)."
+    )
+    checkpoint_dir: str = setting(
+        "~/.cache/cqrs/checkpoints",
+        "CQRS_SPARK_CHECKPOINT_DIR",
+        "Root of streaming checkpoints (a shared file system or HDFS/S3 URL on a cluster).",
+    )
+    driver_memory: str = setting("2g", "CQRS_SPARK_DRIVER_MEMORY", "spark.driver.memory.")
+    use_local_jars: bool = setting(
+        True,
+        "CQRS_SPARK_USE_LOCAL_JARS",
+        "Hand Spark the Kafka connector jars from the dev cache (false on a cluster that has them).",
+    )
+    conf: dict[str, str] = setting({}, None, "Any other Spark option, passed through as is.")
+
+    def checkpoint_location(self, *parts: str) -> str:
+        """Checkpoint folder of one query: ``<checkpoint_dir>/<parts...>`` (``~`` expanded)."""
+        root = self.checkpoint_dir
+        if root.startswith("~"):
+            root = str(Path(root).expanduser())
+        return "/".join([root.rstrip("/"), *parts])
+
+
+@attrs.frozen
+class DevSettings:
+    home: str = setting(
+        "~/.cache/cqrs", "CQRS_HOME", "Cache of the Maven artifacts and the dev stack's data."
+    )
+    kafka_port: int = setting(19092, "CQRS_DEV_KAFKA_PORT", "Port of the local Kafka broker.")
+    kafka_controller_port: int = setting(
+        19093, "CQRS_DEV_KAFKA_CONTROLLER_PORT", "Port of the local KRaft controller listener."
+    )
+    kafka_heap: str = setting("768m", "CQRS_DEV_KAFKA_HEAP", "Heap of the local Kafka broker.")
+    cassandra_port: int = setting(
+        19042, "CQRS_DEV_CASSANDRA_PORT", "CQL port of the local Cassandra node."
+    )
+    cassandra_storage_port: int = setting(
+        17000, "CQRS_DEV_CASSANDRA_STORAGE_PORT", "Internode port of the local Cassandra node."
+    )
+    cassandra_heap: str = setting(
+        "1536m", "CQRS_DEV_CASSANDRA_HEAP", "Heap of the local Cassandra node."
+    )
+    java_home: str = setting(
+        "", "CQRS_JAVA_HOME", "JDK 17 used for the services (default: JAVA_HOME, then PATH)."
+    )
+    start_timeout_s: float = setting(
+        180.0, "CQRS_DEV_START_TIMEOUT", "Seconds to wait for a service to become healthy."
+    )
+
+    @property
+    def home_path(self) -> Path:
+        return Path(self.home).expanduser()
+
+    @property
+    def artifacts_path(self) -> Path:
+        return self.home_path / "artifacts"
+
+    @property
+    def data_path(self) -> Path:
+        return self.home_path / "dev"
+
+
+@attrs.frozen
+class CqrsConfig:
+    kafka: KafkaSettings = attrs.field(factory=KafkaSettings)
+    cassandra: CassandraSettings = attrs.field(factory=CassandraSettings)
+    spark: SparkSettings = attrs.field(factory=SparkSettings)
+    dev: DevSettings = attrs.field(factory=DevSettings)
+
+    def with_overrides(self, **sections: Mapping[str, Any]) -> CqrsConfig:
+        """A copy with some settings replaced: ``cfg.with_overrides(kafka={"bootstrap_servers": ...})``."""
+        changes = {}
+        for name, values in sections.items():
+            if name not in _SECTIONS:
+                raise ConfigError(
+                    f"unknown configuration section {name!r}; known: {sorted(_SECTIONS)}"
+                )
+            changes[name] = _build(_SECTIONS[name], values, base=getattr(self, name))
+        return attrs.evolve(self, **changes)
+
+
+_SECTIONS: dict[str, type] = {
+    "kafka": KafkaSettings,
+    "cassandra": CassandraSettings,
+    "spark": SparkSettings,
+    "dev": DevSettings,
+}
+
+
+def _coerce(section: str, name: str, kind: Any, raw: Any, origin: str) -> Any:
+    try:
+        if kind is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if kind is int:
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            return int(raw)
+        if kind is float:
+            return float(raw)
+        if kind is str:
+            if not isinstance(raw, (str, int, float)):
+                raise ValueError(raw)
+            return str(raw)
+        if getattr(kind, "__origin__", None) is dict:
+            if not isinstance(raw, Mapping):
+                raise ValueError(raw)
+            return {str(k): str(v) for k, v in raw.items()}
+    except ValueError:
+        expected = getattr(kind, "__name__", str(kind))
+        raise ConfigError(
+            f"{section}.{name} = {raw!r} (from {origin}) is not a valid {expected}; "
+            f"fix the value or remove it to use the default"
+        ) from None
+    raise ConfigError(f"{section}.{name}: unsupported setting type {kind!r}")
+
+
+def _build(cls: type, values: Mapping[str, Any], base: Any = None, origin: str = "overrides") -> Any:
+    hints = get_type_hints(cls)
+    known = {f.name for f in attrs.fields(cls)}
+    unknown = set(values) - known
+    if unknown:
+        raise ConfigError(
+            f"unknown setting(s) {sorted(unknown)} in section {_name_of(cls)!r} ({origin}); "
+            f"known: {sorted(known)}"
+        )
+    coerced = {
+        k: _coerce(_name_of(cls), k, hints[k], v, origin) for k, v in values.items()
+    }
+    return attrs.evolve(base, **coerced) if base is not None else cls(**coerced)
+
+
+def _name_of(cls: type) -> str:
+    return next(k for k, v in _SECTIONS.items() if v is cls)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    **overrides: Mapping[str, Any],
+) -> CqrsConfig:
+    """Build the configuration: defaults < file < environment < ``overrides``.
+
+    ``path`` defaults to ``$CQRS_CONFIG``, else ``./cqrs.toml`` when it exists.
+    ``env`` defaults to ``os.environ``; tests pass a dict instead of editing the process env.
+    """
+    env = os.environ if env is None else env
+    file_values: dict[str, Any] = {}
+    chosen = path if path is not None else env.get("CQRS_CONFIG")
+    if chosen is None and Path("cqrs.toml").is_file():
+        chosen = "cqrs.toml"
+    if chosen is not None:
+        file = Path(chosen).expanduser()
+        if not file.is_file():
+            raise ConfigError(f"configuration file {str(file)!r} does not exist")
+        try:
+            file_values = tomllib.loads(file.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"configuration file {str(file)!r} is not valid TOML: {exc}") from exc
+        unknown = set(file_values) - set(_SECTIONS)
+        if unknown:
+            raise ConfigError(
+                f"unknown section(s) {sorted(unknown)} in {str(file)!r}; known: {sorted(_SECTIONS)}"
+            )
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        section = _build(cls, file_values.get(name, {}), origin=str(chosen))
+        from_env = {
+            f.name: env[f.metadata[_ENV]]
+            for f in attrs.fields(cls)
+            if f.metadata.get(_ENV) and f.metadata[_ENV] in env
+        }
+        if from_env:
+            section = _build(cls, from_env, base=section, origin="environment")
+        if name in overrides:
+            section = _build(cls, overrides[name], base=section)
+        sections[name] = section
+    return CqrsConfig(**sections)
+
+
+def settings_reference() -> str:
+    """The configuration reference as Markdown, generated from the declarations above."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from `cqrs/config.py` by `cqrs config docs`; do not edit by hand.",
+        "",
+        "Settings are read, lowest precedence first, from the defaults, the TOML file "
+        "(`$CQRS_CONFIG` or `./cqrs.toml`), the environment, and explicit overrides.",
+        "",
+    ]
+    for name, cls in _SECTIONS.items():
+        hints = get_type_hints(cls)
+        lines += [f"## [{name}]", "", "| setting | type | default | environment | meaning |",
+                  "| --- | --- | --- | --- | --- |"]
+        for f in attrs.fields(cls):
+            kind = getattr(hints[f.name], "__name__", str(hints[f.name]))
+            default = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default  # type: ignore[misc]
+            env_name = f"`{f.metadata[_ENV]}`" if f.metadata.get(_ENV) else "(file only)"
+            doc = str(f.metadata[_DOC]).replace("|", "\\|")
+            default_text = str(default).replace("|", "\\|")
+            lines.append(f"| `{f.name}` | {kind} | `{default_text}` | {env_name} | {doc} |")
+        lines.append("")
+    return "\n".join(lines)

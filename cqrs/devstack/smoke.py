@@ -1,0 +1,167 @@
+"""Smoke checks that prove each real piece end to end; used by ``cqrs smoke`` and the tests.
+
+Each check returns what it measured so the caller (CLI or test) can show or assert it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import attrs
+
+from cqrs.config import CqrsConfig
+from cqrs.errors import CqrsError
+
+__all__ = ["SmokeResult", "cassandra_roundtrip", "kafka_roundtrip", "run_all", "spark_kafka_pipeline"]
+
+
+@attrs.frozen
+class SmokeResult:
+    name: str
+    records: int
+    seconds: float
+    detail: str
+
+
+def _admin(cfg: CqrsConfig):  # type: ignore[no-untyped-def]
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client_options()})
+
+
+def _create_topics(cfg: CqrsConfig, *names: str, partitions: int = 2) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(cfg)  # must outlive its futures
+    futures = admin.create_topics(
+        [NewTopic(n, partitions, cfg.kafka.replication_factor) for n in names]
+    )
+    for f in futures.values():
+        f.result(timeout=30)
+
+
+def _delete_topics(cfg: CqrsConfig, *names: str) -> None:
+    admin = _admin(cfg)  # must outlive its futures
+    for f in admin.delete_topics(list(names)).values():
+        try:
+            f.result(timeout=30)
+        except Exception:  # best effort clean-up
+            pass
+
+
+def _consume_all(cfg: CqrsConfig, topic: str, expected: int, timeout_s: float) -> list[tuple[bytes, bytes]]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({
+        "bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client_options(),
+        "group.id": f"cqrs-smoke-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    })
+    consumer.subscribe([topic])
+    got: list[tuple[bytes, bytes]] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            got.append((msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return got
+
+
+def kafka_roundtrip(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
+    """Produce ``n`` keyed records with confluent-kafka and consume them back."""
+    from confluent_kafka import Producer
+
+    topic = f"cqrs-smoke-kafka-{uuid.uuid4().hex[:8]}"
+    _create_topics(cfg, topic)
+    try:
+        started = time.monotonic()
+        producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers,
+                             **cfg.kafka.client_options(), "enable.idempotence": True,
+                             "acks": "all", "partitioner": "murmur2_random"})
+        sent = {(f"k{i % 50}".encode(), f"v{i}".encode()) for i in range(n)}
+        for key, value in sent:
+            producer.produce(topic, key=key, value=value)
+        if producer.flush(30) != 0:
+            raise CqrsError(f"{topic}: records still unsent after 30 s")
+        got = _consume_all(cfg, topic, n, 60)
+        if set(got) != sent:
+            raise CqrsError(f"{topic}: sent {n} records, read back {len(got)} (or different ones)")
+        return SmokeResult("kafka produce/consume", n, time.monotonic() - started, topic)
+    finally:
+        _delete_topics(cfg, topic)
+
+
+def spark_kafka_pipeline(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
+    """A Spark streaming query: Kafka source -> transform -> Kafka sink, run to completion."""
+    from confluent_kafka import Producer
+    from pyspark.sql import functions as F
+
+    from cqrs.spark_session import spark_session
+
+    src = f"cqrs-smoke-in-{uuid.uuid4().hex[:8]}"
+    dst = f"cqrs-smoke-out-{uuid.uuid4().hex[:8]}"
+    _create_topics(cfg, src, dst)
+    try:
+        producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers,
+                             **cfg.kafka.client_options()})
+        for i in range(n):
+            producer.produce(src, key=f"k{i % 50}".encode(), value=f"v{i}".encode())
+        producer.flush(30)
+        started = time.monotonic()
+        spark = spark_session(cfg, "cqrs-smoke")
+        source = (spark.readStream.format("kafka").options(**cfg.kafka.spark_options())
+                  .option("subscribe", src).option("startingOffsets", "earliest").load())
+        upper = source.select("key", F.upper(F.col("value").cast("string")).cast("binary").alias("value"))
+        checkpoint = cfg.spark.checkpoint_location("smoke", dst)
+        query = (upper.writeStream.format("kafka").options(**cfg.kafka.spark_options())
+                 .option("topic", dst).option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        got = _consume_all(cfg, dst, n, 60)
+        expected = {(f"k{i % 50}".encode(), f"V{i}".encode()) for i in range(n)}
+        if set(got) != expected:
+            raise CqrsError(f"spark pipeline {src} -> {dst}: expected {n} upper-cased records, got {len(got)}")
+        return SmokeResult("spark kafka source -> kafka sink", n, time.monotonic() - started, f"{src} -> {dst}")
+    finally:
+        _delete_topics(cfg, src, dst)
+
+
+def cassandra_roundtrip(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
+    """Create a keyspace and table, write ``n`` rows concurrently with a prepared statement, read them."""
+    from cassandra.cluster import Cluster
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    keyspace = f"cqrs_smoke_{uuid.uuid4().hex[:8]}"
+    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port)
+    session = cluster.connect()
+    started = time.monotonic()
+    try:
+        session.execute(f"CREATE KEYSPACE {keyspace} WITH replication = {cfg.cassandra.replication}")
+        session.execute(f"CREATE TABLE {keyspace}.kv (k text PRIMARY KEY, v bigint)")
+        insert = session.prepare(f"INSERT INTO {keyspace}.kv (k, v) VALUES (?, ?)")
+        results = execute_concurrent_with_args(session, insert, [(f"k{i}", i) for i in range(n)],
+                                               concurrency=64)
+        if not all(ok for ok, _ in results):
+            raise CqrsError(f"{keyspace}.kv: some of the {n} inserts failed")
+        rows = {r.k: r.v for r in session.execute(f"SELECT k, v FROM {keyspace}.kv")}
+        if rows != {f"k{i}": i for i in range(n)}:
+            raise CqrsError(f"{keyspace}.kv: wrote {n} rows, read back {len(rows)} (or different ones)")
+        return SmokeResult("cassandra write/read", n, time.monotonic() - started, keyspace)
+    finally:
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+        cluster.shutdown()
+
+
+def run_all(cfg: CqrsConfig, say: Callable[[str], None] = print) -> list[SmokeResult]:
+    results = []
+    for check in (kafka_roundtrip, cassandra_roundtrip, spark_kafka_pipeline):
+        result = check(cfg)
+        say(f"ok  {result.name}: {result.records} records in {result.seconds:.1f} s ({result.detail})")
+        results.append(result)
+    return results
