@@ -1,0 +1,71 @@
+"""Envelope <-> Kafka record mapping and its typed errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from cqrs.domain import CommandInput, DomainModel, decide
+from cqrs.envelope import CONTENT_TYPE, Envelope, from_kafka, to_kafka
+from cqrs.errors import EnvelopeError, MalformedHeaderError, MissingHeaderError
+from cqrs.testing.example import Account, AccountHandler, Deposit, OpenAccount
+
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _command_envelope() -> Envelope:
+    return Envelope.for_command(
+        Deposit(3), command_id="c-1", aggregate_type="example.bank.Account",
+        aggregate_id="acc-ü", timestamp=T0, expected_version=2,
+    )  # fmt: skip
+
+
+def test_command_roundtrip() -> None:
+    env = _command_envelope()
+    key, value, headers = to_kafka(env, b"payload")
+    assert key == "acc-ü".encode()
+    assert ("content-type", CONTENT_TYPE.encode()) in headers
+    assert ("cqrs.expected_version", b"2") in headers
+    assert from_kafka(key, value, headers) == (env, b"payload")
+
+
+def test_event_envelope_from_decision() -> None:
+    entry = DomainModel([Account], [AccountHandler]).entry(Account)
+    d = decide(entry, "a", None, 0, [CommandInput("c9", OpenAccount("x"), 0, T0, "corr")])
+    (new_event,) = d.outcomes[0].events  # type: ignore[union-attr]
+    env = Envelope.for_event(new_event)
+    assert (env.kind, env.version, env.causation_id, env.correlation_id) == ("event", 1, "c9", "corr")
+    key, value, headers = to_kafka(env, b"x")
+    # Spark hands headers over as structs with key / value
+    spark_headers = [{"key": k, "value": v} for k, v in headers + [("traceparent", b"00-ab")]]
+    assert from_kafka(key, value, spark_headers)[0] == env
+
+
+@pytest.mark.parametrize(
+    ("mutate", "error", "text"),
+    [
+        (lambda h: [x for x in h if x[0] != "cqrs.message_type"], MissingHeaderError, "message_type"),
+        (lambda h: h + [("cqrs.version", b"seven")], MalformedHeaderError, "not an integer"),
+        (lambda h: h + [("cqrs.timestamp", b"yesterday")], MalformedHeaderError, "ISO-8601"),
+        (lambda h: h + [("cqrs.timestamp", b"2024-01-01T00:00:00")], MalformedHeaderError, "UTC offset"),
+        (lambda h: h + [("cqrs.kind", b"query")], MalformedHeaderError, "'command' or 'event'"),
+        (lambda h: h + [("cqrs.command_id", b"\xff")], MalformedHeaderError, "UTF-8"),
+        (lambda h: h + [("content-type", b"application/json")], MalformedHeaderError, "content-type"),
+        (lambda h: h + [("cqrs.message_id", None)], MissingHeaderError, "message_id"),
+    ],
+)
+def test_garbled_headers(mutate, error: type[EnvelopeError], text: str) -> None:  # type: ignore[no-untyped-def]
+    key, value, headers = to_kafka(_command_envelope(), b"p")
+    with pytest.raises(error, match=text):
+        from_kafka(key, value, mutate(headers))
+
+
+def test_missing_key_value_and_naive_timestamp() -> None:
+    _, value, headers = to_kafka(_command_envelope(), b"p")
+    with pytest.raises(MissingHeaderError, match="no key"):
+        from_kafka(None, value, headers)
+    with pytest.raises(MissingHeaderError, match="no value"):
+        from_kafka(b"k", None, headers)
+    with pytest.raises(MalformedHeaderError, match="naive"):
+        to_kafka(Envelope("m", "t", "command", "A", "a", dt.datetime(2024, 1, 1)), b"p")
