@@ -42,7 +42,9 @@ class ServiceProcess:
             pid = int(self.pid_file.read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
-        if _cmdline(pid) is None or self.marker not in _cmdline(pid):  # type: ignore[operator]
+        cmdline = None if _gone(pid) else _cmdline(pid)
+        # an exiting process (zombie leader, threads still running) has an empty command line
+        if cmdline is None or (cmdline and self.marker not in cmdline):
             self.pid_file.unlink(missing_ok=True)
             return None
         return pid
@@ -89,14 +91,14 @@ class ServiceProcess:
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and _cmdline(pid) is not None:
+        while time.monotonic() < deadline and not _gone(pid):
             time.sleep(0.2)
-        if _cmdline(pid) is not None:
+        if not _gone(pid):
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            while _cmdline(pid) is not None:
+            while not _gone(pid):
                 time.sleep(0.1)
         self.pid_file.unlink(missing_ok=True)
         return True
@@ -121,17 +123,23 @@ class ServiceProcess:
         return None
 
 
-def _cmdline(pid: int) -> str | None:
-    """The command line of a live (non-zombie) process, or None."""
+def _gone(pid: int) -> bool:
+    """True once the process has fully exited (reaping it first if it is our child).
+
+    A multi-threaded process whose main thread ended shows as a zombie while its other
+    threads still run; it is gone only when ``/proc/<pid>`` is.
+    """
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            try:
-                os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
-            except ChildProcessError:
-                pass
-            return None
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    return not Path(f"/proc/{pid}").exists()
+
+
+def _cmdline(pid: int) -> str | None:
+    """The command line of a process ('' while it exits), or None if there is none."""
+    try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+    except (FileNotFoundError, ProcessLookupError):
         return None
     return raw.replace(b"\0", b" ").decode(errors="replace")

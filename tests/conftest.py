@@ -1,0 +1,103 @@
+"""Test harness: the real stack, started once per session, and unique names per test.
+
+- Tests under ``tests/integration`` are marked ``integration`` automatically; ``-m "not
+  integration"`` runs the fast suite with no services.
+- The session's stack is the local dev stack from ``cqrs dev up`` (started here if it is not
+  running, and stopped again at the end if this session started it). To test against services
+  that are already running elsewhere, set ``CQRS_TEST_EXTERNAL=1`` plus the usual
+  ``CQRS_KAFKA_BOOTSTRAP`` / ``CQRS_CASSANDRA_HOSTS`` / ``CQRS_CASSANDRA_PORT``.
+- ``CQRS_TEST_KEEP_STACK=1`` leaves a stack this session started running afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cqrs.config import CqrsConfig, load_config
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_DIR in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def cqrs_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CqrsConfig]:
+    """The configuration of the running stack; starts the local dev stack when needed."""
+    base = load_config()
+    checkpoints = tmp_path_factory.mktemp("checkpoints")
+    cfg = base.with_overrides(spark={"checkpoint_dir": str(checkpoints)})
+    if _flag("CQRS_TEST_EXTERNAL"):
+        yield cfg
+        return
+    from cqrs.devstack import artifacts
+    from cqrs.devstack.stack import DevStack
+
+    stack = DevStack(cfg)
+    already = {s.name for s in stack.status() if s.running}
+    if not all(artifacts.is_installed(cfg.dev, c) for c in artifacts.COMPONENTS):
+        artifacts.install(cfg.dev)
+    stack.up()
+    try:
+        yield cfg
+    finally:
+        if not _flag("CQRS_TEST_KEEP_STACK") and not already:
+            stack.down()
+
+
+@pytest.fixture
+def unique_names(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """A factory of names unique to this test: ``unique_names("events")`` -> ``t-test_x-events-1a2b3c4d``."""
+    test = re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:40].strip("_")
+
+    def make(suffix: str = "") -> str:
+        parts = ["t", test, suffix, uuid.uuid4().hex[:8]]
+        return "-".join(p for p in parts if p)
+
+    return make
+
+
+@pytest.fixture
+def unique_name(unique_names: Callable[[str], str]) -> str:
+    """One name unique to this test, e.g. for a topic."""
+    return unique_names("")
+
+
+@pytest.fixture
+def unique_keyspace(cqrs_config: CqrsConfig, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh Cassandra keyspace for this test, dropped afterwards."""
+    from cassandra.cluster import Cluster
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    cluster = Cluster(cqrs_config.cassandra.contact_points(), port=cqrs_config.cassandra.port)
+    session = cluster.connect()
+    session.execute(f"CREATE KEYSPACE {name} WITH replication = {cqrs_config.cassandra.replication}")
+    try:
+        yield name
+    finally:
+        session.execute(f"DROP KEYSPACE IF EXISTS {name}")
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def spark(cqrs_config: CqrsConfig) -> Iterator[Any]:
+    """One SparkSession for the whole test session (starting one costs ~10 s)."""
+    from cqrs.spark_session import spark_session
+
+    session = spark_session(cqrs_config, "cqrs-tests")
+    yield session
+    session.stop()

@@ -1,0 +1,67 @@
+"""The launcher itself, on a second stack with its own ports and data folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cqrs.config import CqrsConfig
+from cqrs.devstack.stack import DevStack
+from cqrs.errors import ServiceNotReady
+
+
+def _second_stack(cfg: CqrsConfig, home: Path, **dev: object) -> CqrsConfig:
+    """A stack beside the session's: same cached jars, other ports, its own data."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "artifacts").symlink_to(cfg.dev.artifacts_path)
+    return cfg.with_overrides(
+        dev={"home": str(home), "kafka_port": 19192, "kafka_controller_port": 19193,
+             "cassandra_port": 19142, "cassandra_storage_port": 17100, **dev},
+        kafka={"bootstrap_servers": "127.0.0.1:19192"},
+        cassandra={"port": 19142},
+    )
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+def test_up_twice_is_harmless_data_survives_and_down_leaves_nothing(
+    cqrs_config: CqrsConfig, tmp_path: Path
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cfg = _second_stack(cqrs_config, tmp_path / "home")
+    stack = DevStack(cfg)
+    try:
+        first = stack.up(say=lambda _: None)
+        assert all(s.healthy for s in first), first
+        assert all(s.started_in_s is not None and s.started_in_s > 0 for s in first)
+        again = stack.up(say=lambda _: None)
+        assert [s.pid for s in again] == [s.pid for s in first]  # nothing restarted
+        assert all(s.started_in_s is None for s in again)
+
+        admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
+        for f in admin.create_topics([NewTopic("survivor", 1, 1)]).values():
+            f.result(timeout=30)
+        stack.down(say=lambda _: None)
+        assert not any(_alive(s.pid) for s in first if s.pid)
+        assert not any(s.running for s in stack.status())
+
+        stack.up(say=lambda _: None)
+        admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
+        assert "survivor" in admin.list_topics(timeout=10).topics  # data kept across down/up
+    finally:
+        stack.down(say=lambda _: None)
+    assert not any(s.running for s in stack.status())
+
+
+def test_a_service_that_cannot_start_names_its_log(cqrs_config: CqrsConfig, tmp_path: Path) -> None:
+    cfg = _second_stack(cqrs_config, tmp_path / "home", kafka_heap="1k", start_timeout_s=60.0)
+    stack = DevStack(cfg)
+    with pytest.raises(ServiceNotReady) as failure:
+        stack.up(say=lambda _: None)
+    assert "kafka" in str(failure.value)
+    assert str(cfg.dev.data_path / "kafka" / "kafka.log") in str(failure.value)
+    assert not any(s.running for s in stack.status())  # the other service was stopped again

@@ -1,0 +1,82 @@
+"""Pure parts of the dev stack: pinned versions, process tracking by PID, Spark options."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cqrs.config import load_config
+from cqrs.devstack.artifacts import component_dir, is_installed, pinned_versions, require_installed
+from cqrs.devstack.process import ServiceProcess
+from cqrs.errors import DevStackError
+from cqrs.spark_session import ROCKSDB_PROVIDER, spark_conf
+
+
+def test_versions_are_pinned_in_the_pom_and_match_pyspark() -> None:
+    import pyspark
+
+    versions = pinned_versions()
+    assert versions["kafka"].startswith("4.")
+    assert versions["cassandra"].startswith("5.0.")
+    assert versions["spark"] == pyspark.__version__
+
+
+def test_missing_artifacts_say_how_to_install(tmp_path: Path) -> None:
+    cfg = load_config(env={"CQRS_HOME": str(tmp_path)})
+    assert not is_installed(cfg.dev, "kafka")
+    assert component_dir(cfg.dev, "kafka") == tmp_path / "artifacts" / f"kafka-{pinned_versions()['kafka']}"
+    with pytest.raises(DevStackError, match="run `cqrs dev install`"):
+        require_installed(cfg.dev, "cassandra")
+    with pytest.raises(DevStackError, match="unknown component 'zookeeper'"):
+        component_dir(cfg.dev, "zookeeper")
+
+
+def test_spark_options_rocksdb_changelog_and_user_overrides(tmp_path: Path) -> None:
+    cfg = load_config(env={"CQRS_HOME": str(tmp_path), "CQRS_SPARK_USE_LOCAL_JARS": "false"},
+                      spark={"conf": {"spark.sql.shuffle.partitions": "7", "spark.ui.enabled": "true"}})
+    conf = spark_conf(cfg)
+    assert conf["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
+    assert conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] == "true"
+    assert conf["spark.sql.shuffle.partitions"] == "7"  # user's conf wins
+    assert conf["spark.ui.enabled"] == "true"
+    assert "spark.jars" not in conf  # a cluster that has the connector needs no local jars
+    with pytest.raises(DevStackError, match="cqrs dev install"):
+        spark_conf(load_config(env={"CQRS_HOME": str(tmp_path)}))
+
+
+def test_process_is_tracked_and_stopped_by_pid_only(tmp_path: Path) -> None:
+    marker = f"cqrs-test-marker-{time.monotonic_ns()}"
+    proc = ServiceProcess("sleeper", tmp_path, marker)
+    pid = proc.start([sys.executable, "-c", "import time, sys; time.sleep(60)", marker])
+    assert proc.pid() == pid
+    assert proc.resident_mib() is not None
+    # an unrelated process with the same name is never touched
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "sleeper"])
+    try:
+        assert proc.stop(timeout_s=5)
+        assert proc.pid() is None and not proc.pid_file.exists()
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+    assert not proc.stop()  # nothing left to stop
+
+
+def test_stale_pid_file_of_a_reused_pid_is_ignored(tmp_path: Path) -> None:
+    proc = ServiceProcess("ghost", tmp_path, "a-marker-no-process-has")
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        cmdline = Path(f"/proc/{other.pid}/cmdline")
+        while not cmdline.read_bytes().startswith(b"sleep"):  # until it has exec'd
+            time.sleep(0.01)
+        proc.pid_file.write_text(str(other.pid))
+        assert proc.pid() is None  # the PID runs something else: not ours
+        assert not proc.pid_file.exists()
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
