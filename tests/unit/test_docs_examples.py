@@ -1,4 +1,4 @@
-"""Every ```python block of docs/*.md runs (one namespace per file, in order).
+"""Every ```python block of docs/*.md and README.md runs (one namespace per file, in order).
 
 Mark a block ```python no-run to skip it (sparingly).
 """
@@ -25,7 +25,7 @@ def _blocks(path: Path) -> list[tuple[int, str]]:
     ]
 
 
-DOC_FILES = sorted(DOCS.glob("*.md"))
+DOC_FILES = [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]
 
 
 def test_docs_have_python_examples() -> None:
