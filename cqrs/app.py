@@ -18,6 +18,7 @@ from cqrs.domain.aggregate import Aggregate
 from cqrs.domain.handler import CommandHandler
 from cqrs.domain.model import DomainModel
 from cqrs.errors import InvalidAppNameError
+from cqrs.results import FRAMEWORK_CLASSES
 
 __all__ = ["App"]
 
@@ -55,7 +56,9 @@ class App:
 
     def codec_for(self, store: SchemaStore) -> Codec:
         """A codec for this app's classes and upcasters bound to ``store``."""
-        return Codec(self.model.message_classes(), upcasters=self.upcasters, store=store)
+        return Codec(
+            [*self.model.message_classes(), *FRAMEWORK_CLASSES], upcasters=self.upcasters, store=store
+        )
 
     def use_schema_store(self, store: SchemaStore, *, check: bool = True) -> Codec:
         """Bind ``self.codec`` to ``store`` (checking compatibility with it first)."""

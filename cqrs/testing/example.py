@@ -5,6 +5,10 @@ Open, deposit, withdraw, close; closing is a terminal event (deletion).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cqrs.app import App
 from cqrs.domain import Aggregate, CommandContext, CommandHandler, Event, Rejected, command, event
 
 __all__ = [
@@ -14,10 +18,12 @@ __all__ = [
     "AccountOpened",
     "CloseAccount",
     "Deposit",
+    "Explode",
     "Deposited",
     "OpenAccount",
     "Withdraw",
     "Withdrawn",
+    "make_app",
 ]
 
 
@@ -39,6 +45,13 @@ class Withdraw:
 @command(name="example.bank.CloseAccount")
 class CloseAccount:
     pass
+
+
+@command(name="example.bank.Explode")
+class Explode:
+    """A command whose handler always crashes: shows handler failures and dead letters."""
+
+    note: str = ""
 
 
 @event(name="example.bank.AccountOpened")
@@ -110,6 +123,17 @@ class AccountHandler(CommandHandler[Account]):
         return events
 
 
+    def explode(self, account: Account, cmd: Explode) -> list[Event]:
+        raise RuntimeError(f"handler crashed on purpose: {cmd.note}")
+
+
 def _require_open(account: Account) -> None:
     if not account.is_open:
         raise Rejected("account is not open", code="not_open")
+
+
+def make_app(name: str = "example-bank") -> App:
+    """The bank as an App (the import is late: ``cqrs.app`` pulls in the codec)."""
+    from cqrs.app import App
+
+    return App(name, aggregates=[Account], handlers=[AccountHandler])

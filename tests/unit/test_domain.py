@@ -184,7 +184,7 @@ def test_bad_handler_signature_is_refused() -> None:
 def test_model_indexes_commands_events_and_routes() -> None:
     assert set(MODEL.commands) == {
         "example.bank.OpenAccount", "example.bank.Deposit",
-        "example.bank.Withdraw", "example.bank.CloseAccount",
+        "example.bank.Withdraw", "example.bank.CloseAccount", "example.bank.Explode",
     }  # fmt: skip
     assert MODEL.events["example.bank.AccountClosed"] is AccountClosed
     entry, route = MODEL.route(Deposit(1))

@@ -1,0 +1,41 @@
+"""How a command becomes a Kafka record: the one function every sender uses."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import uuid
+
+from cqrs.app import App
+from cqrs.envelope import Envelope, Headers, to_kafka
+
+__all__ = ["encode_command"]
+
+
+def encode_command(
+    app: App,
+    aggregate_id: str,
+    command: object,
+    *,
+    expected_version: int | None = None,
+    command_id: str | None = None,
+    correlation_id: str | None = None,
+    timestamp: _dt.datetime | None = None,
+) -> tuple[str, bytes, bytes, Headers]:
+    """``(command_id, key, value, headers)`` for ``command`` addressed to ``aggregate_id``.
+
+    The aggregate type comes from the handler the model routes the command to; the timestamp
+    (the command's time, which its events inherit) defaults to now, in UTC.
+    """
+    entry, _ = app.model.route(command)
+    cid = command_id or str(uuid.uuid4())
+    envelope = Envelope.for_command(
+        command,
+        command_id=cid,
+        aggregate_type=entry.type_name,
+        aggregate_id=aggregate_id,
+        timestamp=timestamp or _dt.datetime.now(_dt.timezone.utc),
+        expected_version=expected_version,
+        correlation_id=correlation_id,
+    )
+    key, value, headers = to_kafka(envelope, app.codec.encode(command))
+    return cid, key, value, headers

@@ -1,0 +1,185 @@
+"""The Spark adapter of the command processor: Kafka source -> transformWithState -> Kafka sink.
+
+One streaming query per app. Records are grouped by (aggregate type, aggregate id); Spark's
+keyed state (RocksDB provider, checkpointed) holds one :class:`~cqrs.results.AggregateRecord`
+per aggregate as Avro bytes, so a single state read and write per aggregate per micro-batch.
+All logic lives in :class:`~cqrs.processor.step.AggregateStep`; this module only moves rows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from cqrs.config import CqrsConfig
+from cqrs.processor.step import AggregateStep, DedupPolicy, InputRecord
+from cqrs.topics import AppTopics, ensure_topics, topics_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+__all__ = ["ProcessorOptions", "build_processor_stream", "checkpoint_for", "start_processor"]
+
+STATE_NAME = "aggregate"
+
+
+@attrs.frozen
+class ProcessorOptions:
+    """What one processor query needs besides the configuration."""
+
+    app_ref: str  # "module:attribute" of the App, importable on every executor
+    topics: AppTopics | None = None  # default: topics_for(app.name)
+    checkpoint: str | None = None  # default: <checkpoint_dir>/<app>/processor
+    dedup: DedupPolicy = DedupPolicy()
+    max_offsets_per_trigger: int | None = None
+    trigger_interval: str | None = None  # e.g. "500 milliseconds"; None: as fast as possible
+
+
+def checkpoint_for(cfg: CqrsConfig, app_name: str) -> str:
+    return cfg.spark.checkpoint_location(app_name, "processor")
+
+
+# Executors build the step once per Python worker process and reuse it across batches.
+_STEPS: dict[tuple[str, str], AggregateStep] = {}
+_STEPS_LOCK = threading.Lock()
+
+
+def _step_for(cfg: CqrsConfig, opts: ProcessorOptions) -> AggregateStep:
+    cache_key = (repr(cfg), repr(opts))
+    with _STEPS_LOCK:
+        step = _STEPS.get(cache_key)
+        if step is None:
+            from cqrs.codec.kafka_schema_store import KafkaSchemaStore
+            from cqrs.loading import load_app
+
+            app = load_app(opts.app_ref)
+            topics = opts.topics or topics_for(app.name)
+            store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas,
+                                     cfg.kafka.client_options())
+            step = AggregateStep(app, app.codec_for(store), topics, opts.dedup)
+            _STEPS[cache_key] = step
+        return step
+
+
+def _processor_class() -> type:
+    """The StatefulProcessor subclass (built lazily: pyspark is imported only when used)."""
+    from pyspark.sql import Row
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    state_schema = StructType([StructField("record", BinaryType(), False)])
+
+    class CommandProcessor(StatefulProcessor):  # type: ignore[misc]
+        def __init__(self, cfg: CqrsConfig, opts: ProcessorOptions) -> None:
+            self.cfg = cfg
+            self.opts = opts
+
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            self.state = handle.getValueState(STATE_NAME, state_schema)
+            self.step = _step_for(self.cfg, self.opts)
+
+        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+            aggregate_type, aggregate_id = key
+            records = [
+                InputRecord(r.key, r.value, [_header(h) for h in (r.headers or ())],
+                            r.partition, r.offset, r.topic)
+                for r in rows
+            ]
+            has_state = aggregate_type is not None and aggregate_id is not None
+            current = None
+            if has_state and self.state.exists():
+                current = self.step.load_state(self.state.get()[0])
+            new_state, out = self.step.run(aggregate_type, aggregate_id, current, records)
+            if new_state is not None and has_state:
+                self.state.update((self.step.dump_state(new_state),))
+            for rec in out:
+                yield Row(topic=rec.topic, key=rec.key, value=rec.value, headers=rec.headers)
+
+        def close(self) -> None:
+            pass
+
+    return CommandProcessor
+
+
+def _header(h: Any) -> tuple[str, bytes | None]:
+    """A Kafka header as (name, value): Spark hands structs over as dicts (Arrow) or Rows."""
+    if isinstance(h, dict):
+        return h["key"], h["value"]
+    return h[0], h[1]
+
+
+def output_schema() -> Any:
+    from pyspark.sql.types import (
+        ArrayType, BinaryType, StringType, StructField, StructType,
+    )
+
+    return StructType([
+        StructField("topic", StringType(), False),
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), True),
+        StructField("headers", ArrayType(StructType([
+            StructField("key", StringType(), False),
+            StructField("value", BinaryType(), True),
+        ])), True),
+    ])
+
+
+def build_processor_stream(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
+                           topics: AppTopics) -> DataFrame:
+    """The processor's streaming DataFrame: one row per record to write."""
+    from pyspark.sql import functions as F
+
+    reader = (spark.readStream.format("kafka").options(**cfg.kafka.spark_options())
+              .option("subscribe", topics.commands)
+              .option("startingOffsets", "earliest")
+              .option("includeHeaders", "true")
+              .option("failOnDataLoss", "true"))
+    if opts.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
+    source = reader.load()
+    aggregate_type = F.expr(
+        "element_at(filter(headers, h -> h.key = 'cqrs.aggregate_type'), 1).value"
+    ).cast("string")
+    keyed = source.select(
+        aggregate_type.alias("aggregate_type"),
+        F.col("key").cast("string").alias("aggregate_id"),
+        "key", "value", "headers", "topic", "partition", "offset",
+    )
+    return keyed.groupBy("aggregate_type", "aggregate_id").transformWithState(
+        statefulProcessor=_processor_class()(cfg, opts),
+        outputStructType=output_schema(),
+        outputMode="Append",
+        timeMode="None",
+    )
+
+
+def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
+                    *, available_now: bool = False) -> StreamingQuery:
+    """Create the topics if missing, publish the app's schemas and start the query."""
+    from cqrs.codec.kafka_schema_store import KafkaSchemaStore
+    from cqrs.codec.registry import check_compatibility
+    from cqrs.loading import load_app
+
+    app = load_app(opts.app_ref)
+    topics = opts.topics or topics_for(app.name)
+    ensure_topics(cfg, topics)
+    store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas, cfg.kafka.client_options())
+    try:
+        codec = app.codec_for(store)
+        check_compatibility(store, codec)  # refuse code that cannot read the stored messages
+        codec.publish_schemas()  # executors then find every schema they write
+    finally:
+        store.close()
+    stream = build_processor_stream(spark, cfg, opts, topics)
+    writer = (stream.writeStream.format("kafka").options(**cfg.kafka.spark_options())
+              .option("checkpointLocation", opts.checkpoint or checkpoint_for(cfg, app.name))
+              .queryName(f"cqrs-processor-{app.name}"))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif opts.trigger_interval:
+        writer = writer.trigger(processingTime=opts.trigger_interval)
+    return writer.start()

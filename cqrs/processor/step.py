@@ -1,0 +1,253 @@
+"""One aggregate's share of a micro-batch, as plain Python: records in, state and records out.
+
+The Spark job (:mod:`cqrs.processor.job`) only groups records by aggregate and hands each group
+to :meth:`AggregateStep.run`; everything else happens here, so it is tested without Spark:
+
+1. sort the aggregate's command records by (partition, offset): a shuffle does not keep order;
+2. read each envelope and payload; what cannot be read goes to the dead-letter topic (with a
+   ``failed`` result when the command id is known, so no sender waits forever);
+3. drop command ids seen before (in state or earlier in the batch): their first result is
+   written again, nothing runs twice;
+4. run the shared decision function once for the remaining commands;
+5. write events, one result per command, and dead letters for handler crashes;
+6. return the new :class:`~cqrs.results.AggregateRecord` (version, snapshot, recent ids).
+
+Everything written is a pure function of (state, records): a re-run micro-batch rewrites
+byte-identical records. No clock is read; de-duplication is windowed by command timestamps.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from cqrs.app import App
+from cqrs.codec.registry import Codec
+from cqrs.domain.decision import Accepted, CommandInput, Failed, RejectedOutcome, decide
+from cqrs.envelope import CONTENT_TYPE, Envelope, Headers, from_kafka, to_kafka
+from cqrs.errors import CqrsError
+from cqrs.results import ACCEPTED, FAILED, REJECTED, AggregateRecord, CommandResult, SeenCommand
+from cqrs.topics import AppTopics
+
+__all__ = ["AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord"]
+
+DLQ_PREFIX = "cqrs.dlq."
+
+
+@attrs.frozen
+class InputRecord:
+    """A command record as read from Kafka."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]]
+    partition: int
+    offset: int
+    topic: str = ""
+
+
+@attrs.frozen
+class OutputRecord:
+    """A record to write: the Kafka sink's topic, key, value and headers columns."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+
+
+@attrs.frozen
+class DedupPolicy:
+    """How long a command id is remembered per aggregate: a time window and a count."""
+
+    window_ms: int = 24 * 3600 * 1000
+    max_per_aggregate: int = 1000
+
+
+@attrs.frozen
+class _Pending:
+    record: InputRecord
+    envelope: Envelope
+    command: Any
+
+
+def _ms(ts: _dt.datetime) -> int:
+    return int(ts.timestamp() * 1000)
+
+
+class AggregateStep:
+    """Applies one aggregate's commands of a micro-batch (see the module doc)."""
+
+    def __init__(self, app: App, codec: Codec, topics: AppTopics, dedup: DedupPolicy = DedupPolicy()):
+        self.app = app
+        self.codec = codec
+        self.topics = topics
+        self.dedup = dedup
+
+    # ---- state ------------------------------------------------------------------------------
+
+    def load_state(self, blob: bytes | None) -> AggregateRecord:
+        return AggregateRecord() if blob is None else self.codec.decode(blob)
+
+    def dump_state(self, record: AggregateRecord) -> bytes:
+        return self.codec.encode(record)
+
+    # ---- the step ---------------------------------------------------------------------------
+
+    def run(
+        self,
+        aggregate_type: str | None,
+        aggregate_id: str | None,
+        state: AggregateRecord | None,
+        records: Iterable[InputRecord],
+    ) -> tuple[AggregateRecord | None, list[OutputRecord]]:
+        """The new state (None: unchanged) and the records to write, in order."""
+        ordered = sorted(records, key=lambda r: (r.partition, r.offset))
+        out: list[OutputRecord] = []
+        if aggregate_type is None or aggregate_id is None:
+            for rec in ordered:
+                out.append(self._dead_letter(rec, "envelope", "MissingHeaderError",
+                                             "record has no key (aggregate id) or no "
+                                             "cqrs.aggregate_type header"))
+            return None, out
+        try:
+            entry = self.app.model.entry(aggregate_type)
+        except CqrsError as exc:
+            for rec in ordered:
+                try:
+                    env: Envelope | None = from_kafka(rec.key, rec.value, rec.headers)[0]
+                except CqrsError:
+                    env = None
+                out.extend(self._unreadable(rec, "unknown_aggregate", exc, env))
+            return None, out
+
+        current = state if state is not None else AggregateRecord()
+        seen = {s.command_id: s for s in current.seen}
+        pending: list[_Pending] = []
+        duplicates: list[tuple[InputRecord, str]] = []
+        batch_ids: set[str] = set()
+        for rec in ordered:
+            try:
+                env, payload = from_kafka(rec.key, rec.value, rec.headers)
+            except CqrsError as exc:
+                out.append(self._dead_letter(rec, "envelope", type(exc).__name__, str(exc)))
+                continue
+            cid = env.command_id or env.message_id
+            if cid in seen or cid in batch_ids:
+                duplicates.append((rec, cid))
+                continue
+            try:
+                command = self.codec.decode(payload)
+            except CqrsError as exc:
+                stage = "unknown_type" if "Unregistered" in type(exc).__name__ else "decode"
+                out.extend(self._unreadable(rec, stage, exc, env))
+                continue
+            batch_ids.add(cid)
+            pending.append(_Pending(rec, env, command))
+
+        new_seen: list[SeenCommand] = []
+        version = current.version
+        snapshot = current.snapshot
+        deleted = current.deleted
+        if pending:
+            agg_state = None if snapshot is None else self.codec.decode(snapshot)
+            decision = decide(entry, aggregate_id, agg_state, version, [
+                CommandInput(
+                    command_id=p.envelope.command_id or p.envelope.message_id,
+                    command=p.command,
+                    expected_version=p.envelope.expected_version,
+                    timestamp=p.envelope.timestamp,
+                    correlation_id=p.envelope.correlation_id,
+                ) for p in pending
+            ])
+            for p, outcome in zip(pending, decision.outcomes, strict=True):
+                result = self._result(p, aggregate_type, aggregate_id, outcome)
+                if isinstance(outcome, Accepted):
+                    for new_event in outcome.events:
+                        key, value, headers = to_kafka(
+                            Envelope.for_event(new_event), self.codec.encode(new_event.event)
+                        )
+                        out.append(OutputRecord(self.topics.events, key, value, headers))
+                elif isinstance(outcome, Failed):
+                    out.append(self._dead_letter(p.record, "handler", outcome.error_type,
+                                                 outcome.message))
+                result_bytes = self.codec.encode(result)
+                out.append(self._result_record(result, result_bytes))
+                new_seen.append(SeenCommand(result.command_id, _ms(result.timestamp), result_bytes))
+            if decision.version != version:
+                version = decision.version
+                deleted = decision.state is None and version > 0
+                snapshot = None if decision.state is None else self.codec.encode(decision.state)
+
+        by_id = {**seen, **{s.command_id: s for s in new_seen}}
+        for rec, cid in duplicates:
+            first = by_id[cid]
+            out.append(self._result_record(self.codec.decode(first.result), first.result))
+
+        if not new_seen and version == current.version:
+            return None, out  # nothing to store
+        return AggregateRecord(version, deleted, snapshot, self._window([*current.seen, *new_seen])), out
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _window(self, seen: list[SeenCommand]) -> list[SeenCommand]:
+        if not seen:
+            return seen
+        newest = max(s.timestamp_ms for s in seen)
+        kept = [s for s in seen if s.timestamp_ms >= newest - self.dedup.window_ms]
+        return kept[-self.dedup.max_per_aggregate:]
+
+    def _result(self, p: _Pending, aggregate_type: str, aggregate_id: str, outcome: Any) -> CommandResult:
+        common = dict(
+            command_id=p.envelope.command_id or p.envelope.message_id,
+            aggregate_type=aggregate_type, aggregate_id=aggregate_id,
+            timestamp=p.envelope.timestamp,
+            source_partition=p.record.partition, source_offset=p.record.offset,
+        )
+        if isinstance(outcome, Accepted):
+            return CommandResult(status=ACCEPTED, version=outcome.version,
+                                 event_ids=[e.event_id for e in outcome.events], **common)
+        if isinstance(outcome, RejectedOutcome):
+            return CommandResult(status=REJECTED, version=outcome.current_version,
+                                 reason=outcome.reason, code=outcome.code, **common)
+        return CommandResult(status=FAILED, version=outcome.current_version,
+                             error_type=outcome.error_type, message=outcome.message, **common)
+
+    def _result_record(self, result: CommandResult, value: bytes) -> OutputRecord:
+        headers = [
+            ("content-type", CONTENT_TYPE.encode()),
+            ("cqrs.command_id", result.command_id.encode()),
+            ("cqrs.aggregate_type", result.aggregate_type.encode()),
+            ("cqrs.aggregate_id", result.aggregate_id.encode()),
+            ("cqrs.status", result.status.encode()),
+        ]
+        return OutputRecord(self.topics.results, result.command_id.encode(), value, headers)
+
+    def _unreadable(
+        self, rec: InputRecord, stage: str, exc: Exception, env: Envelope | None = None
+    ) -> list[OutputRecord]:
+        out = [self._dead_letter(rec, stage, type(exc).__name__, str(exc))]
+        if env is not None:  # the sender is waiting for this id: tell it
+            result = CommandResult(
+                command_id=env.command_id or env.message_id, status=FAILED,
+                aggregate_type=env.aggregate_type, aggregate_id=env.aggregate_id, version=-1,
+                timestamp=env.timestamp, source_partition=rec.partition, source_offset=rec.offset,
+                error_type=type(exc).__name__, message=str(exc),
+            )
+            out.append(self._result_record(result, self.codec.encode(result)))
+        return out
+
+    def _dead_letter(self, rec: InputRecord, stage: str, error_type: str, message: str) -> OutputRecord:
+        headers: Headers = [(k, v if v is not None else b"") for k, v in rec.headers]
+        headers += [
+            (f"{DLQ_PREFIX}stage", stage.encode()),
+            (f"{DLQ_PREFIX}error_type", error_type.encode()),
+            (f"{DLQ_PREFIX}error", message.encode(errors="replace")),
+            (f"{DLQ_PREFIX}topic", rec.topic.encode()),
+            (f"{DLQ_PREFIX}partition", str(rec.partition).encode()),
+            (f"{DLQ_PREFIX}offset", str(rec.offset).encode()),
+        ]
+        return OutputRecord(self.topics.dead_letters, rec.key, rec.value, headers)

@@ -1,0 +1,76 @@
+"""Topic names (computed here and nowhere else) and their creation with the right settings."""
+
+from __future__ import annotations
+
+import attrs
+
+from cqrs.config import CqrsConfig
+from cqrs.errors import CqrsError
+
+__all__ = ["SCHEMAS_TOPIC", "AppTopics", "ensure_topics", "topics_for"]
+
+SCHEMAS_TOPIC = "_cqrs_schemas"
+
+_DAY_MS = 24 * 3600 * 1000
+
+
+@attrs.frozen
+class AppTopics:
+    """The Kafka topics of one app. Commands, events and dead letters are keyed by aggregate id."""
+
+    commands: str
+    events: str
+    results: str
+    dead_letters: str
+    schemas: str = SCHEMAS_TOPIC
+
+
+def topics_for(app_name: str) -> AppTopics:
+    return AppTopics(
+        commands=f"{app_name}.commands",
+        events=f"{app_name}.events",
+        results=f"{app_name}.command-results",
+        dead_letters=f"{app_name}.dead-letters",
+    )
+
+
+def _settings(topics: AppTopics) -> dict[str, dict[str, str]]:
+    forever = {"retention.ms": "-1", "retention.bytes": "-1"}
+    return {
+        topics.commands: {"retention.ms": str(7 * _DAY_MS)},
+        topics.events: forever,  # the event log: never deleted
+        topics.results: {"retention.ms": str(7 * _DAY_MS)},
+        topics.dead_letters: forever,
+        topics.schemas: {"cleanup.policy": "compact", "retention.ms": "-1"},
+    }
+
+
+def ensure_topics(cfg: CqrsConfig, topics: AppTopics, partitions: int | None = None) -> list[str]:
+    """Create the app's topics that do not exist yet; returns the names created."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client_options()})
+    try:
+        existing = set(admin.list_topics(timeout=30).topics)
+    except KafkaException as exc:
+        raise CqrsError(
+            f"cannot reach Kafka at {cfg.kafka.bootstrap_servers} to create topics: {exc}; "
+            "is it running (`cqrs dev status`)?"
+        ) from exc
+    wanted = [
+        NewTopic(name, 1 if name == topics.schemas else (partitions or cfg.kafka.default_partitions),
+                 cfg.kafka.replication_factor, config=conf)
+        for name, conf in _settings(topics).items() if name not in existing
+    ]
+    if not wanted:
+        return []
+    created = []
+    for name, future in admin.create_topics(wanted).items():
+        try:
+            future.result(timeout=30)
+            created.append(name)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise CqrsError(f"cannot create topic {name!r}: {exc}") from exc
+    return created

@@ -1,0 +1,142 @@
+"""The processor's per-aggregate step, without Spark: the same code the Spark job calls."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from cqrs.client import encode_command
+from cqrs.processor import AggregateStep, DedupPolicy, InputRecord, OutputRecord
+from cqrs.results import AggregateRecord, CommandResult
+from cqrs.testing.example import (
+    Account, Deposit, Deposited, Explode, OpenAccount, Withdraw, Withdrawn, make_app,
+)
+from cqrs.topics import topics_for
+
+APP = make_app("step-test")
+TOPICS = topics_for("step-test")
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _record(command: object, offset: int, *, aggregate_id: str = "acc-1", expected: int | None = None,
+            command_id: str | None = None, at: dt.datetime = T0, partition: int = 0) -> InputRecord:
+    _, key, value, headers = encode_command(APP, aggregate_id, command, expected_version=expected,
+                                            command_id=command_id or f"c{offset}", timestamp=at)
+    return InputRecord(key, value, headers, partition, offset, TOPICS.commands)
+
+
+def _step(**dedup: int) -> AggregateStep:
+    return AggregateStep(APP, APP.codec, TOPICS, DedupPolicy(**dedup))
+
+
+def _results(out: list[OutputRecord]) -> list[CommandResult]:
+    return [APP.codec.decode(r.value) for r in out if r.topic == TOPICS.results]
+
+
+def _events(out: list[OutputRecord]) -> list[object]:
+    return [APP.codec.decode(r.value) for r in out if r.topic == TOPICS.events]
+
+
+def test_commands_are_applied_in_offset_order_whatever_order_they_arrive_in() -> None:
+    records = [_record(Withdraw(30), 3), _record(OpenAccount("ann"), 1), _record(Deposit(50), 2)]
+    state, out = _step().run("example.bank.Account", "acc-1", None, records)
+    assert [r.status for r in _results(out)] == ["accepted", "accepted", "accepted"]
+    assert [r.version for r in _results(out)] == [1, 2, 3]
+    assert _events(out)[1:] == [Deposited(50), Withdrawn(30)]
+    assert state is not None and state.version == 3
+    account = APP.codec.decode(state.snapshot)
+    assert isinstance(account, Account) and account.balance == 20
+    for rec in out:
+        if rec.topic == TOPICS.events:
+            assert rec.key == b"acc-1"
+
+
+def test_expected_version_mismatch_is_rejected_with_current_version() -> None:
+    state, _ = _step().run("example.bank.Account", "acc-1", None, [_record(OpenAccount("ann"), 1)])
+    state2, out = _step().run("example.bank.Account", "acc-1", state,
+                              [_record(Deposit(5), 2, expected=0), _record(Deposit(7), 3, expected=1)])
+    first, second = _results(out)
+    assert (first.status, first.code, first.version) == ("rejected", "wrong_expected_version", 1)
+    assert (second.status, second.version) == ("accepted", 2)
+    assert _events(out) == [Deposited(7)]
+
+
+def test_duplicate_command_ids_return_the_first_result_and_run_nothing() -> None:
+    step = _step()
+    state, out1 = step.run("example.bank.Account", "acc-1", None,
+                           [_record(OpenAccount("ann"), 1, command_id="x"),
+                            _record(OpenAccount("ann"), 2, command_id="x")])  # same batch
+    assert len(_events(out1)) == 1
+    r1 = [r.value for r in out1 if r.topic == TOPICS.results]
+    assert len(r1) == 2 and r1[0] == r1[1]
+    state2, out2 = step.run("example.bank.Account", "acc-1", state,
+                            [_record(OpenAccount("ann"), 3, command_id="x")])  # later batch
+    assert _events(out2) == [] and state2 is None  # nothing to store
+    assert [r.value for r in out2 if r.topic == TOPICS.results] == [r1[0]]
+
+
+def test_dedup_window_is_bounded_by_command_time_and_count() -> None:
+    step = _step(window_ms=60_000, max_per_aggregate=2)
+    state, _ = step.run("example.bank.Account", "a", None, [_record(OpenAccount("o"), 1, aggregate_id="a")])
+    for i in range(2, 6):
+        state, _ = step.run("example.bank.Account", "a", state,
+                            [_record(Deposit(1), i, aggregate_id="a", at=T0 + dt.timedelta(seconds=i))])
+    assert [s.command_id for s in state.seen] == ["c4", "c5"]
+    state, _ = step.run("example.bank.Account", "a", state,
+                        [_record(Deposit(1), 9, aggregate_id="a", at=T0 + dt.timedelta(hours=1))])
+    assert [s.command_id for s in state.seen] == ["c9"]
+
+
+def test_handler_crash_is_dead_lettered_and_the_aggregate_stays_usable() -> None:
+    records = [_record(OpenAccount("ann"), 1), _record(Explode("x"), 2), _record(Deposit(5), 3)]
+    state, out = _step().run("example.bank.Account", "acc-1", None, records)
+    statuses = [(r.status, r.version) for r in _results(out)]
+    assert statuses == [("accepted", 1), ("failed", 1), ("accepted", 2)]
+    dead = [r for r in out if r.topic == TOPICS.dead_letters]
+    assert len(dead) == 1
+    headers = dict(dead[0].headers)
+    assert headers["cqrs.dlq.stage"] == b"handler"
+    assert b"crashed on purpose" in headers["cqrs.dlq.error"]
+    assert headers["cqrs.dlq.offset"] == b"2"
+    assert dead[0].value == records[1].value  # the original bytes
+
+
+@pytest.mark.parametrize(
+    ("mangle", "stage"),
+    [
+        (lambda r: InputRecord(r.key, b"\x00garbage", r.headers, 0, r.offset), "decode"),
+        (lambda r: InputRecord(r.key, r.value[:5], r.headers, 0, r.offset), "decode"),
+        (lambda r: InputRecord(r.key, r.value, [h for h in r.headers if h[0] != "cqrs.timestamp"], 0, r.offset), "envelope"),
+    ],
+)
+def test_poison_records_are_dead_lettered_and_later_commands_still_succeed(mangle, stage) -> None:  # type: ignore[no-untyped-def]
+    records = [_record(OpenAccount("ann"), 1), mangle(_record(Deposit(5), 2)), _record(Deposit(6), 3)]
+    state, out = _step().run("example.bank.Account", "acc-1", None, records)
+    dead = [r for r in out if r.topic == TOPICS.dead_letters]
+    assert [dict(d.headers)["cqrs.dlq.stage"] for d in dead] == [stage.encode()]
+    assert _events(out)[-1] == Deposited(6)
+    assert state.version == 2
+
+
+def test_records_without_aggregate_are_dead_lettered_and_no_state_is_touched() -> None:
+    rec = _record(OpenAccount("ann"), 1)
+    state, out = _step().run(None, None, None, [rec])
+    assert state is None and [r.topic for r in out] == [TOPICS.dead_letters]
+    state, out = _step().run("no.such.Aggregate", "acc-1", None, [rec])
+    assert state is None
+    assert sorted(r.topic for r in out) == sorted([TOPICS.dead_letters, TOPICS.results])
+
+
+def test_a_rerun_writes_byte_identical_records() -> None:
+    records = [_record(OpenAccount("ann"), 1), _record(Deposit(5), 2), _record(Explode(), 3)]
+    first = _step().run("example.bank.Account", "acc-1", None, records)
+    again = _step().run("example.bank.Account", "acc-1", None, list(reversed(records)))
+    assert first == again
+
+
+def test_state_round_trips_through_the_codec() -> None:
+    state, _ = _step().run("example.bank.Account", "acc-1", None, [_record(OpenAccount("ann"), 1)])
+    step = _step()
+    assert step.load_state(step.dump_state(state)) == state
+    assert step.load_state(None) == AggregateRecord()
