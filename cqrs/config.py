@@ -54,6 +54,10 @@ class KafkaSettings:
     sasl_username: str = setting("", "CQRS_KAFKA_SASL_USERNAME", "SASL user name.")
     sasl_password: str = setting("", "CQRS_KAFKA_SASL_PASSWORD", "SASL password.")
     ssl_ca_location: str = setting("", "CQRS_KAFKA_SSL_CA", "CA certificate file (PEM) for TLS.")
+    topic_prefix: str = setting(
+        "", "CQRS_KAFKA_TOPIC_PREFIX",
+        "Prefix of every topic name, for environments or test runs sharing a cluster.",
+    )
     default_partitions: int = setting(
         4, "CQRS_KAFKA_PARTITIONS", "Partitions of topics the framework creates."
     )

@@ -25,12 +25,16 @@ class AppTopics:
     schemas: str = SCHEMAS_TOPIC
 
 
-def topics_for(app_name: str) -> AppTopics:
+def topics_for(app_name: str, prefix: str = "") -> AppTopics:
+    """The topics of an app; ``prefix`` (setting ``kafka.topic_prefix``) separates environments
+    or test runs that share a cluster."""
+    base = f"{prefix}{app_name}"
     return AppTopics(
-        commands=f"{app_name}.commands",
-        events=f"{app_name}.events",
-        results=f"{app_name}.command-results",
-        dead_letters=f"{app_name}.dead-letters",
+        commands=f"{base}.commands",
+        events=f"{base}.events",
+        results=f"{base}.command-results",
+        dead_letters=f"{base}.dead-letters",
+        schemas=f"{prefix}{SCHEMAS_TOPIC}",
     )
 
 

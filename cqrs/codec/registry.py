@@ -111,6 +111,8 @@ class Codec:
         )
         self._by_class[cls] = reg
         self._by_name[name] = reg
+        # our own schemas are known without asking the store (the hot path on executors)
+        self._writers.setdefault(fp, _Writer(reg.parsed, name, reg.version))
         return reg
 
     def registered(self) -> list[RegisteredType]:

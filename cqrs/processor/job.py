@@ -32,7 +32,7 @@ class ProcessorOptions:
     """What one processor query needs besides the configuration."""
 
     app_ref: str  # "module:attribute" of the App, importable on every executor
-    topics: AppTopics | None = None  # default: topics_for(app.name)
+    topics: AppTopics | None = None  # default: topics_for(app.name, kafka.topic_prefix)
     checkpoint: str | None = None  # default: <checkpoint_dir>/<app>/processor
     dedup: DedupPolicy = DedupPolicy()
     max_offsets_per_trigger: int | None = None
@@ -57,7 +57,7 @@ def _step_for(cfg: CqrsConfig, opts: ProcessorOptions) -> AggregateStep:
             from cqrs.loading import load_app
 
             app = load_app(opts.app_ref)
-            topics = opts.topics or topics_for(app.name)
+            topics = opts.topics or topics_for(app.name, cfg.kafka.topic_prefix)
             store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas,
                                      cfg.kafka.client_options())
             step = AggregateStep(app, app.codec_for(store), topics, opts.dedup)
@@ -165,7 +165,7 @@ def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions
     from cqrs.loading import load_app
 
     app = load_app(opts.app_ref)
-    topics = opts.topics or topics_for(app.name)
+    topics = opts.topics or topics_for(app.name, cfg.kafka.topic_prefix)
     ensure_topics(cfg, topics)
     store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas, cfg.kafka.client_options())
     try:

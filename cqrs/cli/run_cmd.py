@@ -1,0 +1,56 @@
+"""``cqrs run processor <module:app>``: start the app's command processor and keep it running."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from cqrs.config import CqrsConfig
+
+__all__ = ["register"]
+
+
+def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    run = commands.add_parser("run", help="run a streaming job of an app")
+    sub = run.add_subparsers(dest="job", required=True, metavar="JOB")
+    processor = sub.add_parser("processor", help="the command processor: commands -> events and results")
+    processor.add_argument("app", help="the App, as module:attribute (e.g. domain_examples.bank:app)")
+    processor.add_argument("--checkpoint", help="checkpoint folder (default: <checkpoint_dir>/<app>/processor)")
+    processor.add_argument("--max-offsets-per-trigger", type=int, default=None,
+                           help="cap on commands read per micro-batch (default: all available)")
+    processor.add_argument("--trigger", default=None, metavar="INTERVAL",
+                           help="micro-batch interval, e.g. '1 second' (default: back to back)")
+    processor.add_argument("--available-now", action="store_true",
+                           help="process what is in the topic now, then exit")
+    processor.set_defaults(run=_run_processor)
+
+
+def _run_processor(cfg: CqrsConfig, args: argparse.Namespace) -> int:
+    from cqrs.loading import load_app
+    from cqrs.processor.job import ProcessorOptions, checkpoint_for, start_processor
+    from cqrs.spark_session import spark_session
+
+    app = load_app(args.app)
+    opts = ProcessorOptions(
+        app_ref=args.app,
+        checkpoint=args.checkpoint or checkpoint_for(cfg, app.name),
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        trigger_interval=args.trigger,
+    )
+    spark = spark_session(cfg, f"cqrs-processor-{app.name}")
+    query = start_processor(spark, cfg, opts, available_now=args.available_now)
+    print(f"processor for {app.name!r} running; checkpoint {opts.checkpoint}", flush=True)
+    last_batch = -1
+    try:
+        while query.isActive:
+            progress = query.lastProgress
+            if progress and progress["batchId"] != last_batch:
+                last_batch = progress["batchId"]
+                rows = progress.get("numInputRows", 0)
+                rate = progress.get("processedRowsPerSecond") or 0.0
+                print(f"batch {last_batch}: {rows} commands, {rate:.0f}/s", flush=True)
+            time.sleep(1.0)
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    return 0

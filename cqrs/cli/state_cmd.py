@@ -1,0 +1,81 @@
+"""``cqrs state get`` and ``cqrs rebuild-state``: read and rebuild the processor's aggregate state."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import attrs
+
+from cqrs.config import CqrsConfig
+
+__all__ = ["register", "state_as_json"]
+
+
+def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    state = commands.add_parser("state", help="read the command processor's aggregate state")
+    sub = state.add_subparsers(dest="state_command", required=True, metavar="ACTION")
+    get = sub.add_parser("get", help="print one aggregate's version and state as JSON")
+    get.add_argument("app", help="the App, as module:attribute (e.g. domain_examples.bank:app)")
+    get.add_argument("aggregate_id", help="the aggregate id (the commands' Kafka key)")
+    get.add_argument("--type", dest="aggregate_type", default=None,
+                     help="aggregate type name, needed when the id exists under several types")
+    get.add_argument("--checkpoint", help="processor checkpoint (default: "
+                     "<checkpoint_dir>/<app>/processor)")
+    get.add_argument("--batch", type=int, default=None,
+                     help="read the state as of this committed micro-batch (default: the last)")
+    get.set_defaults(run=_run_get)
+
+    rebuild = commands.add_parser(
+        "rebuild-state",
+        help="rebuild the processor's aggregate state from the events topic into a new checkpoint",
+        description="Stop the app's processor first. Folds the events topic (and the results "
+        "topic, for de-duplication and the commands' starting offsets) into a fresh checkpoint; "
+        "then run `cqrs run processor APP --checkpoint NEW`.",
+    )
+    rebuild.add_argument("app", help="the App, as module:attribute")
+    rebuild.add_argument("--checkpoint", help="the NEW checkpoint folder to build (default: the "
+                         "processor's default checkpoint, which must not exist)")
+    rebuild.set_defaults(run=_run_rebuild)
+
+
+def state_as_json(state: Any) -> str:
+    """An :class:`~cqrs.processor.state.AggregateState` as indented JSON."""
+    return json.dumps(attrs.asdict(state), indent=2, sort_keys=True, default=str)
+
+
+def _run_get(cfg: CqrsConfig, args: argparse.Namespace) -> int:
+    from cqrs.loading import load_app
+    from cqrs.processor.job import checkpoint_for
+    from cqrs.processor.state import read_state
+    from cqrs.spark_session import spark_session
+
+    app = load_app(args.app)
+    checkpoint = args.checkpoint or checkpoint_for(cfg, app.name)
+    spark = spark_session(cfg, f"cqrs-state-{app.name}")
+    state = read_state(spark, cfg, app, checkpoint, args.aggregate_id, args.aggregate_type,
+                       batch_id=args.batch)
+    if state is None:
+        print(f"no state for aggregate {args.aggregate_id!r} in {checkpoint}", file=sys.stderr)
+        return 1
+    print(state_as_json(state))
+    return 0
+
+
+def _run_rebuild(cfg: CqrsConfig, args: argparse.Namespace) -> int:
+    from cqrs.loading import load_app
+    from cqrs.processor.job import ProcessorOptions
+    from cqrs.processor.rebuild import default_rebuild_checkpoint, rebuild_state
+    from cqrs.spark_session import spark_session
+
+    app = load_app(args.app)
+    checkpoint = args.checkpoint or default_rebuild_checkpoint(cfg, app.name)
+    opts = ProcessorOptions(app_ref=args.app, checkpoint=checkpoint)
+    spark = spark_session(cfg, f"cqrs-rebuild-{app.name}")
+    report = rebuild_state(spark, cfg, opts, checkpoint,
+                           progress=lambda msg: print(msg, flush=True))
+    print(json.dumps(attrs.asdict(report), indent=2, default=str))
+    print(f"next: cqrs run processor {args.app} --checkpoint {checkpoint}")
+    return 0
