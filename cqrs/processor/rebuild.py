@@ -1,0 +1,454 @@
+"""Rebuilding the command processor's aggregate state from the event log into a fresh checkpoint.
+
+For a lost checkpoint, changed fold logic (appliers), or another number of state partitions
+(``spark.sql.shuffle.partitions`` is fixed for the life of a checkpoint). The processor of the
+app must be stopped while this runs. Steps:
+
+1. snapshot the end offsets of the events and results topics (what is read is fixed up front);
+2. batch-read both topics and fold, per (aggregate type, aggregate id), in one grouped Spark job:
+   events (ordered by version, re-written duplicates dropped, gaps refused) through the shared
+   :func:`~cqrs.domain.decision.replay` into version, deleted and snapshot; results (their first
+   copy per command id, in command-offset order) into the de-duplication memory ``seen``, bounded
+   by the same :class:`~cqrs.processor.step.DedupPolicy` window and count as the processor;
+3. the commands-topic starting offsets: per partition, the highest ``source_offset`` of any result
+   plus one (partitions with no result start at the earliest offset), so commands answered
+   already do not run again;
+4. start the processor query on the new checkpoint with that initial state and those starting
+   offsets, trigger availableNow: the state is written to the checkpoint by the first batch (and
+   commands not answered yet are processed). Afterwards run the processor with
+   ``--checkpoint <new checkpoint>`` as usual.
+
+Assumes the old processor's last micro-batch finished writing (a normal stop): a batch cut off
+half-way through its writes, with its checkpoint lost, can leave events without results.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from cqrs.config import CqrsConfig
+from cqrs.errors import CqrsError, ReplayError
+from cqrs.processor.job import (
+    ProcessorOptions,
+    _processor_class,
+    _step_for,
+    checkpoint_for,
+    output_schema,
+)
+from cqrs.processor.state import checkpoint_has_commits, path_exists
+from cqrs.results import FAILED, AggregateRecord, SeenCommand
+from cqrs.topics import AppTopics, topics_for
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "CheckpointExistsError",
+    "RebuildError",
+    "RebuildReport",
+    "default_rebuild_checkpoint",
+    "fold_aggregates",
+    "rebuild_state",
+    "starting_offsets_json",
+]
+
+Progress = Callable[[str], None]
+
+
+class CheckpointExistsError(CqrsError, FileExistsError):
+    """The checkpoint to rebuild into already holds a query's progress."""
+
+
+class RebuildError(CqrsError, RuntimeError):
+    """The state cannot be rebuilt (topic missing, events not replayable, query failed)."""
+
+
+@attrs.frozen
+class RebuildReport:
+    """What :func:`rebuild_state` did."""
+
+    app: str
+    checkpoint: str
+    events_read: int
+    results_read: int
+    aggregates: int  # aggregate records written into the new checkpoint
+    deleted: int  # of which deleted by a terminal event
+    starting_offsets: dict[int, int]  # commands topic partition -> first offset to process (-2: earliest)
+    commands_processed: int  # commands not answered before, processed by the first run
+    fold_seconds: float
+    seconds: float
+
+
+def default_rebuild_checkpoint(cfg: CqrsConfig, app_name: str) -> str:
+    """The processor's default checkpoint (used when it was lost)."""
+    return checkpoint_for(cfg, app_name)
+
+
+# ---- Kafka metadata --------------------------------------------------------------------------
+
+
+def _watermarks(cfg: CqrsConfig, topic: str) -> dict[int, tuple[int, int]]:
+    """``partition -> (low, high)`` offsets of ``topic``."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cfg.kafka.bootstrap_servers,
+                         **cfg.kafka.client_options(), "group.id": "cqrs-rebuild-metadata",
+                         "enable.auto.commit": False})
+    try:
+        meta = consumer.list_topics(topic, timeout=30)
+        found = meta.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise RebuildError(
+                f"topic {topic!r} does not exist on {cfg.kafka.bootstrap_servers}: check the app "
+                "name / topics, and that this is the cluster the processor wrote to"
+            )
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+                for p in sorted(found.partitions)}
+    except KafkaException as exc:
+        raise RebuildError(
+            f"cannot read the offsets of topic {topic!r} on {cfg.kafka.bootstrap_servers}: {exc}; "
+            "is Kafka reachable (`cqrs dev status`)?"
+        ) from exc
+    finally:
+        consumer.close()
+
+
+def starting_offsets_json(topic: str, partitions: list[int], answered: dict[int, int]) -> str:
+    """Spark's ``startingOffsets`` JSON: ``answered[p] + 1`` per partition, else earliest (-2)."""
+    return json.dumps({topic: {str(p): (answered[p] + 1 if p in answered else -2)
+                               for p in partitions}})
+
+
+def _range_json(topic: str, marks: dict[int, tuple[int, int]], which: int) -> str:
+    return json.dumps({topic: {str(p): lh[which] for p, lh in marks.items()}})
+
+
+# ---- the fold (runs on the executors) --------------------------------------------------------
+
+_FOLD_SCHEMA = (
+    "aggregate_type string, aggregate_id string, record binary, version long, deleted boolean, "
+    "events long, results long, source_partitions array<int>, source_offsets array<long>"
+)
+EVENT, RESULT = "e", "r"
+
+
+def _fold_group(cfg: CqrsConfig, opts: ProcessorOptions) -> Callable[[Any, pd.DataFrame], pd.DataFrame]:
+    """The grouped function: one aggregate's events and results -> its AggregateRecord row."""
+
+    def fold(key: Any, pdf: pd.DataFrame) -> pd.DataFrame:
+        import pandas as pd
+
+        from cqrs.domain.decision import replay
+
+        aggregate_type, aggregate_id = key
+        step = _step_for(cfg, opts)
+        codec = step.codec
+        events = pdf[pdf["kind"] == EVENT].sort_values(["version", "partition", "offset"])
+        results = pdf[pdf["kind"] == RESULT]
+
+        # results: the dedup memory and, per commands partition, the last command answered
+        answered: dict[int, int] = {}
+        firsts: dict[str, tuple[int, int, SeenCommand]] = {}
+        for value in results["value"]:
+            blob = bytes(value)
+            res = codec.decode(blob)
+            p, o = res.source_partition, res.source_offset
+            answered[p] = max(answered.get(p, -1), o)
+            if res.status == FAILED and res.version < 0:
+                continue  # an unreadable command: the processor does not remember those
+            if res.command_id not in firsts:  # re-written copies carry the same bytes
+                firsts[res.command_id] = (p, o, SeenCommand(
+                    res.command_id, int(res.timestamp.timestamp() * 1000), blob))
+        seen = step._window([s for _, _, s in sorted(firsts.values(), key=lambda t: t[:2])])  # noqa: SLF001
+
+        record: bytes | None = None
+        version = 0
+        deleted = False
+        if len(events) or seen:
+            try:
+                entry = step.app.model.entry(aggregate_type)
+            except CqrsError as exc:
+                if len(events):
+                    raise RebuildError(
+                        f"events of aggregate {aggregate_type} {aggregate_id!r} cannot be folded: "
+                        f"{exc}"
+                    ) from exc
+                entry = None
+            if entry is not None:
+                versions = [int(v) for v in events["version"]]
+                payloads: list[Any] = []
+                expected = 1
+                for v, value in zip(versions, events["value"], strict=True):
+                    if v < expected:  # a re-written copy (at-least-once sink): same event
+                        continue
+                    if v != expected:
+                        raise ReplayError(
+                            f"events of {aggregate_type} {aggregate_id!r} jump from version "
+                            f"{expected - 1} to {v}: the events topic lost records (retention, "
+                            "compaction or deletion), so this aggregate cannot be rebuilt"
+                        )
+                    payloads.append(codec.decode(bytes(value)))
+                    expected += 1
+                state, version = replay(entry.aggregate_class, payloads)
+                deleted = state is None and version > 0
+                snapshot = None if state is None else codec.encode(state)
+                record = codec.encode(AggregateRecord(version, deleted, snapshot, seen))
+        parts = sorted(answered)
+        return pd.DataFrame({
+            "aggregate_type": [aggregate_type], "aggregate_id": [aggregate_id],
+            "record": [record], "version": [version], "deleted": [deleted],
+            "events": [len(events)], "results": [len(results)],
+            "source_partitions": [parts], "source_offsets": [[answered[p] for p in parts]],
+        })
+
+    return fold
+
+
+def _header(name: str) -> str:
+    return f"element_at(filter(headers, h -> h.key = '{name}'), 1).value"
+
+
+def _topic_rows(spark: SparkSession, cfg: CqrsConfig, topic: str,
+                marks: dict[int, tuple[int, int]], kind: str) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    df = (spark.read.format("kafka").options(**cfg.kafka.spark_options())
+          .option("subscribe", topic)
+          .option("startingOffsets", _range_json(topic, marks, 0))
+          .option("endingOffsets", _range_json(topic, marks, 1))
+          .option("includeHeaders", "true")
+          .option("failOnDataLoss", "true")
+          .load())
+    if kind == EVENT:
+        aggregate_id = F.col("key").cast("string")
+        version = F.expr(_header("cqrs.version")).cast("string").cast("long")
+    else:
+        aggregate_id = F.expr(_header("cqrs.aggregate_id")).cast("string")
+        version = F.lit(-1).cast("long")
+    return df.select(
+        F.lit(kind).alias("kind"),
+        F.expr(_header("cqrs.aggregate_type")).cast("string").alias("aggregate_type"),
+        aggregate_id.alias("aggregate_id"),
+        F.coalesce(version, F.lit(-1).cast("long")).alias("version"),
+        "value", "partition", "offset",
+    )
+
+
+def fold_aggregates(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
+                    topics: AppTopics, events: dict[int, tuple[int, int]],
+                    results: dict[int, tuple[int, int]]) -> DataFrame:
+    """One row per aggregate (see ``_FOLD_SCHEMA``) from the given offset ranges of the events and
+    results topics; ``record`` is the encoded AggregateRecord (null: nothing to keep)."""
+    from pyspark.sql import functions as F
+
+    rows = _topic_rows(spark, cfg, topics.events, events, EVENT).unionByName(
+        _topic_rows(spark, cfg, topics.results, results, RESULT))
+    rows = rows.where(F.col("aggregate_type").isNotNull() & F.col("aggregate_id").isNotNull())
+    return rows.groupBy("aggregate_type", "aggregate_id").applyInPandas(
+        _fold_group(cfg, opts), schema=_FOLD_SCHEMA)
+
+
+# ---- progress --------------------------------------------------------------------------------
+
+
+class _StageProgress:
+    """Reports the running Spark stages' task counts every ``every`` seconds while active."""
+
+    def __init__(self, spark: SparkSession, progress: Progress | None, label: str,
+                 every: float = 2.0) -> None:
+        self.tracker = spark.sparkContext.statusTracker()
+        self.progress, self.label, self.every = progress, label, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="cqrs-rebuild-progress")
+
+    def __enter__(self) -> _StageProgress:
+        if self.progress is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        last = ""
+        while not self._stop.wait(self.every):
+            try:
+                infos = [self.tracker.getStageInfo(s) for s in self.tracker.getActiveStageIds()]
+            except Exception:  # noqa: BLE001 - the session is closing: stop reporting
+                return
+            text = ", ".join(f"stage {i.stageId}: {i.numCompletedTasks}/{i.numTasks} tasks"
+                             for i in infos if i is not None)
+            if text and text != last and self.progress is not None:
+                self.progress(f"{self.label}: {text}")
+                last = text
+
+
+# ---- the processor query with an initial state -----------------------------------------------
+
+
+def _rebuilding_processor_class() -> type:
+    """The processor class plus ``handleInitialState``: stores the rebuilt record as is."""
+    base = _processor_class()
+
+    class RebuildingCommandProcessor(base):  # type: ignore[misc, valid-type]
+        def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:  # noqa: N802, N803
+            self.state.update((bytes(initialState["record"]),))
+
+    return RebuildingCommandProcessor
+
+
+def _start_with_initial_state(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
+                              topics: AppTopics, checkpoint: str, starting_offsets: str,
+                              initial: DataFrame, app_name: str) -> Any:
+    """The same query as :func:`cqrs.processor.job.start_processor` (source, grouping, processor,
+    sink: the new checkpoint must suit it), with starting offsets and an initial state."""
+    from pyspark.sql import functions as F
+
+    reader = (spark.readStream.format("kafka").options(**cfg.kafka.spark_options())
+              .option("subscribe", topics.commands)
+              .option("startingOffsets", starting_offsets)
+              .option("includeHeaders", "true")
+              .option("failOnDataLoss", "true"))
+    if opts.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
+    source = reader.load()
+    keyed = source.select(
+        F.expr(_header("cqrs.aggregate_type")).cast("string").alias("aggregate_type"),
+        F.col("key").cast("string").alias("aggregate_id"),
+        "key", "value", "headers", "topic", "partition", "offset",
+    )
+    stream = keyed.groupBy("aggregate_type", "aggregate_id").transformWithState(
+        statefulProcessor=_rebuilding_processor_class()(cfg, opts),
+        outputStructType=output_schema(),
+        outputMode="Append",
+        timeMode="None",
+        initialState=initial.groupBy("aggregate_type", "aggregate_id"),
+    )
+    return (stream.writeStream.format("kafka").options(**cfg.kafka.spark_options())
+            .option("checkpointLocation", checkpoint)
+            .queryName(f"cqrs-processor-{app_name}-rebuild")
+            .trigger(availableNow=True)
+            .start())
+
+
+def _prepare_schemas(cfg: CqrsConfig, topics: AppTopics, app: Any) -> None:
+    from cqrs.codec.kafka_schema_store import KafkaSchemaStore
+    from cqrs.codec.registry import check_compatibility
+
+    store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas, cfg.kafka.client_options())
+    try:
+        codec = app.codec_for(store)
+        check_compatibility(store, codec)  # the current code must read every stored event
+        codec.publish_schemas()
+    finally:
+        store.close()
+
+
+# ---- entry point -----------------------------------------------------------------------------
+
+
+def rebuild_state(
+    spark: SparkSession,
+    cfg: CqrsConfig,
+    opts: ProcessorOptions,
+    new_checkpoint: str,
+    *,
+    progress: Progress | None = None,
+) -> RebuildReport:
+    """Rebuild the app's aggregate state from its events into ``new_checkpoint`` (see the module
+    doc). The app's processor must be stopped; run it on ``new_checkpoint`` afterwards."""
+    from pyspark.sql import functions as F
+
+    from cqrs.loading import load_app
+
+    started = time.monotonic()
+    say = progress or (lambda _msg: None)
+    app = load_app(opts.app_ref)
+    topics = opts.topics or topics_for(app.name)
+    if path_exists(spark, new_checkpoint):
+        if checkpoint_has_commits(spark, new_checkpoint) or path_exists(
+                spark, new_checkpoint.rstrip("/") + "/offsets"):
+            raise CheckpointExistsError(
+                f"checkpoint {new_checkpoint!r} already holds a query's progress: rebuild into a "
+                "new folder (--checkpoint NEW) and run the processor with it, or delete the old "
+                "one once nothing uses it"
+            )
+    _prepare_schemas(cfg, topics, app)
+    event_marks = _watermarks(cfg, topics.events)
+    result_marks = _watermarks(cfg, topics.results)
+    command_marks = _watermarks(cfg, topics.commands)
+    to_read = sum(h - lo for lo, h in event_marks.values())
+    say(f"reading {to_read} events from {topics.events!r} ({len(event_marks)} partitions) and "
+        f"{sum(h - lo for lo, h in result_marks.values())} results from {topics.results!r}")
+
+    fold_started = time.monotonic()
+    folded = fold_aggregates(spark, cfg, opts, topics, event_marks, result_marks).persist()
+    try:
+        with _StageProgress(spark, progress, "folding events"):
+            stats = folded.selectExpr(
+                "coalesce(sum(events), 0) AS events", "coalesce(sum(results), 0) AS results",
+                "count_if(record IS NOT NULL) AS aggregates",
+                "count_if(record IS NOT NULL AND deleted) AS deleted",
+            ).collect()[0]
+            offsets = (folded.selectExpr("explode(arrays_zip(source_partitions, source_offsets)) AS s")
+                       .selectExpr("s.source_partitions AS p", "s.source_offsets AS o")
+                       .groupBy("p").agg(F.max("o")).collect())
+        fold_seconds = time.monotonic() - fold_started
+        answered = {int(r[0]): int(r[1]) for r in offsets}
+        start_json = starting_offsets_json(topics.commands, sorted(command_marks), answered)
+        say(f"folded {stats['events']} events into {stats['aggregates']} aggregates "
+            f"({stats['deleted']} deleted) in {fold_seconds:.1f}s; commands start at "
+            f"{json.loads(start_json)[topics.commands]}")
+
+        initial = folded.where("record IS NOT NULL").select("aggregate_type", "aggregate_id", "record")
+        query = _start_with_initial_state(spark, cfg, opts, topics, new_checkpoint, start_json,
+                                          initial, app.name)
+        processed = 0
+        seen_batches: set[int] = set()
+
+        def note_progress() -> None:
+            nonlocal processed
+            for p in query.recentProgress:
+                if p["batchId"] not in seen_batches:
+                    seen_batches.add(p["batchId"])
+                    processed += int(p.get("numInputRows", 0))
+                    say(f"batch {p['batchId']}: {p.get('numInputRows', 0)} commands")
+
+        with _StageProgress(spark, progress, "writing state"):
+            while query.isActive:
+                query.awaitTermination(2.0)
+                note_progress()
+        exc = query.exception()
+        if exc is not None:
+            raise RebuildError(
+                f"the processor query on {new_checkpoint!r} failed while writing the rebuilt "
+                f"state: {exc}; delete that folder and run rebuild-state again"
+            )
+        note_progress()
+    finally:
+        folded.unpersist()
+    if not checkpoint_has_commits(spark, new_checkpoint):
+        raise RebuildError(
+            f"the rebuild query ended without committing a batch to {new_checkpoint!r}: the "
+            "rebuilt state was not written; delete that folder and run rebuild-state again"
+        )
+    report = RebuildReport(
+        app=app.name, checkpoint=new_checkpoint, events_read=int(stats["events"]),
+        results_read=int(stats["results"]), aggregates=int(stats["aggregates"]),
+        deleted=int(stats["deleted"]),
+        starting_offsets={int(p): o for p, o in json.loads(start_json)[topics.commands].items()},
+        commands_processed=processed, fold_seconds=round(fold_seconds, 3),
+        seconds=round(time.monotonic() - started, 3),
+    )
+    say(f"rebuilt {report.aggregates} aggregates from {report.events_read} events in "
+        f"{report.seconds:.1f}s into {new_checkpoint}")
+    return report

@@ -1,0 +1,281 @@
+"""Reading the processor's aggregate state, and rebuilding it from the events into a new checkpoint.
+
+One workload, three phases (one test: every phase needs the previous one's Kafka topics and
+checkpoints, and Spark runs are the expensive part on a 2-core box):
+
+1. the processor (availableNow) on checkpoint A; ``read_state`` / ``load_states`` match the fold;
+2. ``rebuild_state`` into checkpoint B: same records as A, byte for byte;
+3. more commands, the processor on B (running while the state is read): nothing old re-runs,
+   the new commands apply on top of the rebuilt state.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from cqrs.cli.main import main
+from cqrs.client import encode_command
+from cqrs.config import CqrsConfig
+from cqrs.envelope import from_kafka
+from cqrs.processor.job import ProcessorOptions, start_processor
+from cqrs.processor.rebuild import CheckpointExistsError, rebuild_state
+from cqrs.processor.state import (
+    AggregateState,
+    CheckpointNotFoundError,
+    load_states,
+    read_all_states,
+    read_state,
+    state_codec,
+)
+from cqrs.results import CommandResult
+from cqrs.testing.example import (
+    Account, CloseAccount, Deposit, Explode, OpenAccount, Withdraw,
+)
+from cqrs.testing.example_app import app
+from cqrs.topics import AppTopics, ensure_topics
+
+APP_REF = "cqrs.testing.example_app:app"
+ACCOUNT = "example.bank.Account"
+T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
+
+# (aggregate id, command, command id, expected version)
+WORKLOAD: list[tuple[str, object, str, int | None]] = [
+    ("acc-0", OpenAccount("ann"), "c00", 0),
+    ("acc-0", Deposit(100), "c01", None),
+    ("acc-0", Withdraw(30), "c02", 2),
+    ("acc-0", Deposit(5), "c03", None),
+    ("acc-1", OpenAccount("bob"), "c10", None),
+    ("acc-1", Deposit(50), "c11", None),
+    ("acc-1", Withdraw(500), "c12", None),  # rejected: insufficient funds
+    ("acc-1", Deposit(10), "c13", None),
+    ("acc-1", Deposit(1), "c14", 1),  # rejected: wrong expected version
+    ("acc-2", OpenAccount("cyd"), "c20", None),
+    ("acc-2", Deposit(20), "c21", None),
+    ("acc-2", CloseAccount(), "c22", None),  # Withdrawn(20) + AccountClosed: terminal
+    ("acc-2", Deposit(3), "c23", None),  # rejected: deleted
+    ("acc-3", OpenAccount("dee"), "c30", None),
+    ("acc-3", Deposit(7), "c31", None),
+    ("acc-3", Deposit(7), "c31", None),  # duplicate command id: answered once, applied once
+    ("acc-3", Deposit(8), "c32", None),
+    ("acc-4", OpenAccount("eve"), "c40", None),
+    ("acc-4", Explode("boom"), "c41", None),  # handler crash: failed, dead letter
+    ("acc-4", Deposit(1), "c42", None),
+    ("acc-5", Deposit(5), "c50", None),  # rejected, never opened: version 0, remembered id
+    ("acc-0", Deposit(2), "c04", None),
+    ("acc-3", Withdraw(15), "c33", None),
+    ("acc-4", Deposit(4), "c43", None),
+]
+# aggregate id -> (version, deleted, balance or None)
+EXPECTED = {
+    "acc-0": (5, False, 77),
+    "acc-1": (3, False, 60),
+    "acc-2": (4, True, None),
+    "acc-3": (4, False, 0),
+    "acc-4": (3, False, 5),
+    "acc-5": (0, False, None),
+}
+FIRST_EVENTS = sum(v for v, _, _ in EXPECTED.values())
+
+# phase 3: after the rebuild
+MORE: list[tuple[str, object, str, int | None]] = [
+    ("acc-0", Deposit(1), "m01", 5),  # on top of the rebuilt version
+    ("acc-1", Deposit(50), "c11", None),  # a re-sent old command id: first result, no event
+    ("acc-2", Deposit(1), "m02", None),  # still deleted
+    ("acc-6", OpenAccount("fay"), "m03", 0),  # a new aggregate
+]
+
+
+def _send(cfg: CqrsConfig, topic: str, items: list[tuple[str, object, str, int | None]],
+          start: int) -> None:
+    producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers,
+                         "partitioner": "murmur2_random", "acks": "all"})
+    for i, (agg, cmd, cid, expected) in enumerate(items, start):
+        _, key, value, headers = encode_command(app, agg, cmd, expected_version=expected,
+                                                command_id=cid,
+                                                timestamp=T0 + dt.timedelta(seconds=i))
+        producer.produce(topic, key=key, value=value, headers=headers)
+    assert producer.flush(30) == 0
+
+
+def _read_topic(cfg: CqrsConfig, topic: str) -> list[Any]:
+    """Every record of ``topic`` up to its current end."""
+    consumer = Consumer({"bootstrap.servers": cfg.kafka.bootstrap_servers, "group.id": topic,
+                         "enable.auto.commit": False})
+    try:
+        parts = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        ends = {}
+        assignment = []
+        for p in parts:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            if high > low:
+                ends[p] = high
+                assignment.append(TopicPartition(topic, p, low))
+        records: list[Any] = []
+        if not assignment:
+            return records
+        consumer.assign(assignment)
+        deadline = time.monotonic() + 60
+        while ends and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            records.append(msg)
+            if msg.offset() + 1 >= ends.get(msg.partition(), 0):
+                ends.pop(msg.partition(), None)
+        assert not ends, f"could not read {topic} to its end"
+        return records
+    finally:
+        consumer.close()
+
+
+def _events_by_aggregate(cfg: CqrsConfig, topic: str) -> dict[str, list[int]]:
+    versions: dict[str, list[int]] = defaultdict(list)
+    for msg in sorted(_read_topic(cfg, topic), key=lambda m: (m.partition(), m.offset())):
+        env, _ = from_kafka(msg.key(), msg.value(), msg.headers())
+        assert env.version is not None
+        versions[env.aggregate_id].append(env.version)
+    return dict(versions)
+
+
+def _check_expected(states: dict[tuple[str, str], AggregateState]) -> None:
+    assert sorted(agg for _, agg in states) == sorted(EXPECTED)
+    for agg, (version, deleted, balance) in EXPECTED.items():
+        s = states[(ACCOUNT, agg)]
+        assert (s.version, s.deleted) == (version, deleted), agg
+        if balance is None:
+            assert s.state is None, agg
+        else:
+            assert isinstance(s.state, Account) and s.state.balance == balance, agg
+
+
+def _raw(spark: Any, checkpoint: str) -> dict[tuple[str, str], bytes]:
+    return {(r["aggregate_type"], r["aggregate_id"]): bytes(r["record"])
+            for r in read_all_states(spark, checkpoint).collect()}
+
+
+def test_read_rebuild_and_continue_on_the_rebuilt_state(
+    cqrs_config: CqrsConfig, spark: Any, unique_names: Callable[[str], str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cfg = cqrs_config
+    base = unique_names("bank")
+    topics = AppTopics(f"{base}.commands", f"{base}.events", f"{base}.results", f"{base}.dlq")
+    ensure_topics(cfg, topics, partitions=3)
+    ck_a = cfg.spark.checkpoint_location(base, "processor-a")
+    ck_b = cfg.spark.checkpoint_location(base, "processor-b")
+    opts_a = ProcessorOptions(app_ref=APP_REF, topics=topics, checkpoint=ck_a)
+    opts_b = ProcessorOptions(app_ref=APP_REF, topics=topics, checkpoint=ck_b,
+                              trigger_interval="1 second")
+
+    with pytest.raises(CheckpointNotFoundError, match="run the processor first"):
+        read_state(spark, cfg, app, ck_a, "acc-0")
+
+    # ---- 1. process, then read ------------------------------------------------------------
+    _send(cfg, topics.commands, WORKLOAD, 0)
+    t = time.monotonic()
+    query = start_processor(spark, cfg, opts_a, available_now=True)
+    query.awaitTermination()
+    assert query.exception() is None
+    print(f"processor on A: {time.monotonic() - t:.1f}s")
+
+    states_a = load_states(spark, cfg, app, ck_a, topics=topics)
+    _check_expected(states_a)
+    one = read_state(spark, cfg, app, ck_a, "acc-0", ACCOUNT, topics=topics)
+    assert one == states_a[(ACCOUNT, "acc-0")]
+    assert one.state == Account(owner="ann", is_open=True, balance=77)
+    assert one.seen_command_ids == ("c00", "c01", "c02", "c03", "c04")
+    assert states_a[(ACCOUNT, "acc-3")].seen_command_ids == ("c30", "c31", "c32", "c33")
+    assert states_a[(ACCOUNT, "acc-5")].seen_command_ids == ("c50",)
+    assert read_state(spark, cfg, app, ck_a, "no-such-account") is None
+    events_before = _events_by_aggregate(cfg, topics.events)
+    assert sum(len(v) for v in events_before.values()) == FIRST_EVENTS
+    results_before = _read_topic(cfg, topics.results)
+    assert len(results_before) == len(WORKLOAD)
+
+    # the CLI prints the same state as JSON
+    capsys.readouterr()
+    assert main(["state", "get", APP_REF, "acc-1", "--checkpoint", ck_a]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["version"] == 3 and printed["state"]["balance"] == 60
+    assert printed["seen_command_ids"] == ["c10", "c11", "c12", "c13", "c14"]
+    assert main(["state", "get", APP_REF, "acc-1", "--checkpoint", ck_a + "-missing"]) == 2
+    assert "run the processor first" in capsys.readouterr().err
+
+    # ---- 2. rebuild into a fresh checkpoint ----------------------------------------------
+    with pytest.raises(CheckpointExistsError, match="new folder"):
+        rebuild_state(spark, cfg, opts_a, ck_a)
+    messages: list[str] = []
+    report = rebuild_state(spark, cfg, opts_a, ck_b, progress=messages.append)
+    print(f"rebuild: {report}")
+    assert report.events_read == FIRST_EVENTS
+    assert report.results_read == len(WORKLOAD)
+    assert report.aggregates == len(EXPECTED) and report.deleted == 1
+    assert report.commands_processed == 0  # every command was answered before
+    command_ends = {msg.partition(): msg.offset() + 1
+                    for msg in _read_topic(cfg, topics.commands)}
+    assert {p: o for p, o in report.starting_offsets.items() if o >= 0} == command_ends
+    assert any("reading" in m and "events" in m for m in messages)
+
+    states_b = load_states(spark, cfg, app, ck_b, topics=topics)
+    assert states_b == states_a  # version, deleted, decoded state, remembered command ids
+    assert _raw(spark, ck_b) == _raw(spark, ck_a)  # and byte for byte (snapshots, results)
+
+    # ---- 3. continue on the rebuilt checkpoint -------------------------------------------
+    _send(cfg, topics.commands, MORE, 100)
+    t = time.monotonic()
+    query = start_processor(spark, cfg, opts_b)
+    try:
+        deadline = time.monotonic() + 180
+        while len(_read_topic(cfg, topics.results)) < len(WORKLOAD) + len(MORE):
+            assert query.isActive, query.exception()
+            assert time.monotonic() < deadline, "the processor on B did not answer in 180 s"
+            time.sleep(1.0)
+        # read while the query is running: the last committed batch (results are written
+        # before the batch commits, so wait for the state to catch up)
+        deadline = time.monotonic() + 60
+        while True:
+            acc0 = read_state(spark, cfg, app, ck_b, "acc-0", topics=topics)
+            if acc0 is not None and acc0.version == 6 or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        assert query.isActive
+    finally:
+        query.stop()
+    print(f"processor on B: {time.monotonic() - t:.1f}s")
+    assert acc0 is not None and acc0.version == 6 and acc0.state.balance == 78
+
+    states_c = load_states(spark, cfg, app, ck_b, topics=topics)
+    assert states_c[(ACCOUNT, "acc-1")].version == 3  # the re-sent c11 did not run again
+    assert states_c[(ACCOUNT, "acc-2")].deleted
+    assert states_c[(ACCOUNT, "acc-6")].version == 1
+    assert states_c[(ACCOUNT, "acc-6")].state.owner == "fay"
+    for key in set(states_a) - {(ACCOUNT, "acc-0"), (ACCOUNT, "acc-1"), (ACCOUNT, "acc-2")}:
+        assert states_c[key] == states_a[key]
+
+    events_after = _events_by_aggregate(cfg, topics.events)
+    for agg, versions in events_after.items():
+        assert versions == list(range(1, len(versions) + 1)), (agg, versions)  # once, contiguous
+    assert {a: len(v) for a, v in events_after.items()} == {
+        **{a: len(v) for a, v in events_before.items()}, "acc-0": 6, "acc-6": 1}
+
+    results = _read_topic(cfg, topics.results)
+    per_id = Counter(m.key().decode() for m in results)
+    # old commands were not read again (no second copy of their results); c11 was re-sent once
+    assert len(results) == len(WORKLOAD) + len(MORE)
+    assert per_id["c11"] == 2 and per_id["c00"] == 1 and per_id["m01"] == 1
+    c11 = [m.value() for m in results if m.key() == b"c11"]
+    assert c11[0] == c11[1]  # the re-sent id got its first result back
+    codec, store = state_codec(cfg, app, topics)
+    try:
+        m02: CommandResult = codec.decode(next(m.value() for m in results if m.key() == b"m02"))
+    finally:
+        store.close()
+    assert (m02.status, m02.code) == ("rejected", "aggregate_deleted")
