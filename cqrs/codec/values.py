@@ -111,10 +111,20 @@ def to_avro(node: Node, value: Any, where: str) -> Any:
     raise AssertionError(f"unknown node kind {kind}")  # pragma: no cover
 
 
+_PATHS: dict[type, list[tuple[str, Node, str]]] = {}
+
+
 def record_to_avro(obj: Any, where: str | None = None) -> dict[str, Any]:
     """An attrs instance as an Avro record dict (every field checked)."""
-    prefix = where or type(obj).__qualname__
-    return {f.name: to_avro(f.node, getattr(obj, f.name), f"{prefix}.{f.name}") for f in fields_of(type(obj))}
+    cls = type(obj)
+    if where is None:  # the hot path: field paths (used in error messages) computed once
+        paths = _PATHS.get(cls)
+        if paths is None:
+            paths = _PATHS[cls] = [(f.name, f.node, f"{cls.__qualname__}.{f.name}")
+                                   for f in fields_of(cls)]
+    else:
+        paths = [(f.name, f.node, f"{where}.{f.name}") for f in fields_of(cls)]
+    return {name: to_avro(node, getattr(obj, name), path) for name, node, path in paths}
 
 
 def _undecodable(where: str, value: Any, expected: str) -> DecodeError:

@@ -91,8 +91,10 @@ def _processor_class() -> type:
             ]
             has_state = aggregate_type is not None and aggregate_id is not None
             current = None
-            if has_state and self.state.exists():
-                current = self.step.load_state(self.state.get()[0])
+            if has_state:
+                stored = self.state.get()  # None when absent: one round trip, not two
+                if stored is not None:
+                    current = self.step.load_state(stored[0])
             new_state, out = self.step.run(aggregate_type, aggregate_id, current, records)
             if new_state is not None and has_state:
                 self.state.update((self.step.dump_state(new_state),))

@@ -201,13 +201,16 @@ def test_sigkill_and_restart_keeps_every_invariant(
     work.producer.flush(30)
     proc = start()
     kills = 0
+    sent: list[tuple[str, object, str]] = []
     try:
         for round_ in range(4):
             for _ in range(250):
                 acc = rng.choice(accounts)
-                work.send(acc, rng.choice([Deposit(rng.randint(1, 9)), Withdraw(5)]))
-                if rng.random() < 0.05:  # a client retry of an earlier command id
-                    work.send(acc, Deposit(1), command_id=rng.choice(work.sent))
+                command = rng.choice([Deposit(rng.randint(1, 9)), Withdraw(5)])
+                sent.append((acc, command, work.send(acc, command)))
+                if rng.random() < 0.05:  # a client retry: the same command, same id, resent
+                    again_acc, again_command, again_id = rng.choice(sent)
+                    work.send(again_acc, again_command, command_id=again_id)
             work.producer.flush(30)
             time.sleep(rng.uniform(12, 25))  # sometimes mid-batch, sometimes between batches
             os.killpg(proc.pid, signal.SIGKILL)
