@@ -96,11 +96,11 @@ def default_rebuild_checkpoint(cfg: CqrsConfig, app_name: str) -> str:
 
 def _watermarks(cfg: CqrsConfig, topic: str) -> dict[int, tuple[int, int]]:
     """``partition -> (low, high)`` offsets of ``topic``."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": cfg.kafka.bootstrap_servers,
-                         **cfg.kafka.client_options(), "group.id": "cqrs-rebuild-metadata",
-                         "enable.auto.commit": False})
+    from cqrs.kafka_io import make_consumer
+
+    consumer = make_consumer(cfg)
     try:
         meta = consumer.list_topics(topic, timeout=30)
         found = meta.topics.get(topic)
@@ -373,7 +373,7 @@ def rebuild_state(
     started = time.monotonic()
     say = progress or (lambda _msg: None)
     app = load_app(opts.app_ref)
-    topics = opts.topics or topics_for(app.name)
+    topics = opts.topics or topics_for(app.name, cfg.kafka.topic_prefix)
     if path_exists(spark, new_checkpoint):
         if checkpoint_has_commits(spark, new_checkpoint) or path_exists(
                 spark, new_checkpoint.rstrip("/") + "/offsets"):
@@ -382,10 +382,10 @@ def rebuild_state(
                 "new folder (--checkpoint NEW) and run the processor with it, or delete the old "
                 "one once nothing uses it"
             )
-    _prepare_schemas(cfg, topics, app)
     event_marks = _watermarks(cfg, topics.events)
     result_marks = _watermarks(cfg, topics.results)
     command_marks = _watermarks(cfg, topics.commands)
+    _prepare_schemas(cfg, topics, app)
     to_read = sum(h - lo for lo, h in event_marks.values())
     say(f"reading {to_read} events from {topics.events!r} ({len(event_marks)} partitions) and "
         f"{sum(h - lo for lo, h in result_marks.values())} results from {topics.results!r}")

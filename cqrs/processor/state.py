@@ -145,7 +145,7 @@ def state_codec(cfg: CqrsConfig, app: App, topics: AppTopics | None = None) -> t
     """The app's codec bound to the Kafka schema store, and the store (close it when done)."""
     from cqrs.codec.kafka_schema_store import KafkaSchemaStore
 
-    t = topics or topics_for(app.name)
+    t = topics or topics_for(app.name, cfg.kafka.topic_prefix)
     store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, t.schemas, cfg.kafka.client_options())
     return app.codec_for(store), store
 

@@ -16,15 +16,16 @@ import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 
 from cqrs.cli.main import main
 from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.envelope import from_kafka
+from cqrs.kafka_io import make_producer, read_to_end
 from cqrs.processor.job import ProcessorOptions, start_processor
 from cqrs.processor.rebuild import CheckpointExistsError, rebuild_state
 from cqrs.processor.state import (
@@ -95,8 +96,7 @@ MORE: list[tuple[str, object, str, int | None]] = [
 
 def _send(cfg: CqrsConfig, topic: str, items: list[tuple[str, object, str, int | None]],
           start: int) -> None:
-    producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers,
-                         "partitioner": "murmur2_random", "acks": "all"})
+    producer = make_producer(cfg)
     for i, (agg, cmd, cid, expected) in enumerate(items, start):
         _, key, value, headers = encode_command(app, agg, cmd, expected_version=expected,
                                                 command_id=cid,
@@ -105,41 +105,10 @@ def _send(cfg: CqrsConfig, topic: str, items: list[tuple[str, object, str, int |
     assert producer.flush(30) == 0
 
 
-def _read_topic(cfg: CqrsConfig, topic: str) -> list[Any]:
-    """Every record of ``topic`` up to its current end."""
-    consumer = Consumer({"bootstrap.servers": cfg.kafka.bootstrap_servers, "group.id": topic,
-                         "enable.auto.commit": False})
-    try:
-        parts = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        ends = {}
-        assignment = []
-        for p in parts:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            if high > low:
-                ends[p] = high
-                assignment.append(TopicPartition(topic, p, low))
-        records: list[Any] = []
-        if not assignment:
-            return records
-        consumer.assign(assignment)
-        deadline = time.monotonic() + 60
-        while ends and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            records.append(msg)
-            if msg.offset() + 1 >= ends.get(msg.partition(), 0):
-                ends.pop(msg.partition(), None)
-        assert not ends, f"could not read {topic} to its end"
-        return records
-    finally:
-        consumer.close()
-
-
 def _events_by_aggregate(cfg: CqrsConfig, topic: str) -> dict[str, list[int]]:
     versions: dict[str, list[int]] = defaultdict(list)
-    for msg in sorted(_read_topic(cfg, topic), key=lambda m: (m.partition(), m.offset())):
-        env, _ = from_kafka(msg.key(), msg.value(), msg.headers())
+    for rec in sorted(read_to_end(cfg, [topic]), key=lambda r: (r.partition, r.offset)):
+        env, _ = from_kafka(rec.key, rec.value, rec.headers)
         assert env.version is not None
         versions[env.aggregate_id].append(env.version)
     return dict(versions)
@@ -159,6 +128,12 @@ def _check_expected(states: dict[tuple[str, str], AggregateState]) -> None:
 def _raw(spark: Any, checkpoint: str) -> dict[tuple[str, str], bytes]:
     return {(r["aggregate_type"], r["aggregate_id"]): bytes(r["record"])
             for r in read_all_states(spark, checkpoint).collect()}
+
+
+def _state_partitions(checkpoint: str) -> int:
+    """The number of state partitions a (local) checkpoint was created with."""
+    lines = Path(checkpoint, "offsets", "0").read_text().splitlines()
+    return int(json.loads(lines[1])["conf"]["spark.sql.shuffle.partitions"])
 
 
 def test_read_rebuild_and_continue_on_the_rebuilt_state(
@@ -197,7 +172,7 @@ def test_read_rebuild_and_continue_on_the_rebuilt_state(
     assert read_state(spark, cfg, app, ck_a, "no-such-account") is None
     events_before = _events_by_aggregate(cfg, topics.events)
     assert sum(len(v) for v in events_before.values()) == FIRST_EVENTS
-    results_before = _read_topic(cfg, topics.results)
+    results_before = read_to_end(cfg, [topics.results])
     assert len(results_before) == len(WORKLOAD)
 
     # the CLI prints the same state as JSON
@@ -213,17 +188,23 @@ def test_read_rebuild_and_continue_on_the_rebuilt_state(
     with pytest.raises(CheckpointExistsError, match="new folder"):
         rebuild_state(spark, cfg, opts_a, ck_a)
     messages: list[str] = []
-    report = rebuild_state(spark, cfg, opts_a, ck_b, progress=messages.append)
+    partitions_before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "3")  # rescale: B gets 3 state partitions
+    try:
+        report = rebuild_state(spark, cfg, opts_a, ck_b, progress=messages.append)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions_before)
     print(f"rebuild: {report}")
     assert report.events_read == FIRST_EVENTS
     assert report.results_read == len(WORKLOAD)
     assert report.aggregates == len(EXPECTED) and report.deleted == 1
     assert report.commands_processed == 0  # every command was answered before
-    command_ends = {msg.partition(): msg.offset() + 1
-                    for msg in _read_topic(cfg, topics.commands)}
+    command_ends = {rec.partition: rec.offset + 1
+                    for rec in read_to_end(cfg, [topics.commands])}
     assert {p: o for p, o in report.starting_offsets.items() if o >= 0} == command_ends
     assert any("reading" in m and "events" in m for m in messages)
 
+    assert _state_partitions(ck_b) == 3 and _state_partitions(ck_a) == int(partitions_before)
     states_b = load_states(spark, cfg, app, ck_b, topics=topics)
     assert states_b == states_a  # version, deleted, decoded state, remembered command ids
     assert _raw(spark, ck_b) == _raw(spark, ck_a)  # and byte for byte (snapshots, results)
@@ -234,7 +215,7 @@ def test_read_rebuild_and_continue_on_the_rebuilt_state(
     query = start_processor(spark, cfg, opts_b)
     try:
         deadline = time.monotonic() + 180
-        while len(_read_topic(cfg, topics.results)) < len(WORKLOAD) + len(MORE):
+        while len(read_to_end(cfg, [topics.results])) < len(WORKLOAD) + len(MORE):
             assert query.isActive, query.exception()
             assert time.monotonic() < deadline, "the processor on B did not answer in 180 s"
             time.sleep(1.0)
@@ -266,16 +247,16 @@ def test_read_rebuild_and_continue_on_the_rebuilt_state(
     assert {a: len(v) for a, v in events_after.items()} == {
         **{a: len(v) for a, v in events_before.items()}, "acc-0": 6, "acc-6": 1}
 
-    results = _read_topic(cfg, topics.results)
-    per_id = Counter(m.key().decode() for m in results)
+    results = read_to_end(cfg, [topics.results])
+    per_id = Counter(m.key.decode() for m in results if m.key)
     # old commands were not read again (no second copy of their results); c11 was re-sent once
     assert len(results) == len(WORKLOAD) + len(MORE)
     assert per_id["c11"] == 2 and per_id["c00"] == 1 and per_id["m01"] == 1
-    c11 = [m.value() for m in results if m.key() == b"c11"]
+    c11 = [m.value for m in results if m.key == b"c11"]
     assert c11[0] == c11[1]  # the re-sent id got its first result back
     codec, store = state_codec(cfg, app, topics)
     try:
-        m02: CommandResult = codec.decode(next(m.value() for m in results if m.key() == b"m02"))
+        m02: CommandResult = codec.decode(next(m.value for m in results if m.key == b"m02"))
     finally:
         store.close()
     assert (m02.status, m02.code) == ("rejected", "aggregate_deleted")
