@@ -125,10 +125,26 @@ def throughput(cfg: CqrsConfig, spark: object, aggregates: int, commands: int) -
         print(f"RESULT throughput aggregates={aggregates} commands={commands} "
               f"seconds={elapsed:.1f} commands_per_s={rate:,.0f} (producing took {produced:.1f} s)",
               flush=True)
+        report_batches(query)
         return rate
     finally:
         query.stop()
         watcher.stopped.set()
+
+
+def report_batches(query: object) -> None:
+    """Where the micro-batches spent their time (Spark's own progress reports)."""
+    batches = [p for p in query.recentProgress if p.get("numInputRows")]  # type: ignore[attr-defined]
+    if not batches:
+        return
+    phases: dict[str, float] = {}
+    for p in batches:
+        for phase, ms in p.get("durationMs", {}).items():
+            phases[phase] = phases.get(phase, 0.0) + ms
+    rows = sum(p["numInputRows"] for p in batches)
+    print(f"  {len(batches)} batches, {rows / len(batches):,.0f} commands per batch; total ms by phase: "
+          + ", ".join(f"{k}={v:,.0f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])),
+          flush=True)
 
 
 def latency(cfg: CqrsConfig, spark: object, rate: float, seconds: float, aggregates: int) -> tuple[float, float]:

@@ -6,7 +6,10 @@ schemas in the schema store), so any consumer can read them.
 
 from __future__ import annotations
 
+import array
 import datetime as _dt
+import sys
+from collections.abc import Sequence
 from typing import Final
 
 import attrs
@@ -21,6 +24,7 @@ __all__ = [
     "AggregateRecord",
     "CommandResult",
     "SeenCommand",
+    "kept_indices",
 ]
 
 ACCEPTED: Final = "accepted"
@@ -64,19 +68,97 @@ class SeenCommand:
     result: bytes
 
 
+def kept_indices(times_ms: Sequence[int], window_ms: int, max_count: int) -> list[int]:
+    """Which remembered commands (oldest first) stay: those issued within ``window_ms`` of the
+    newest one, then at most the ``max_count`` newest of those. The one rule for dedup memory."""
+    if not times_ms:
+        return []
+    cutoff = max(times_ms) - window_ms
+    kept = [i for i, t in enumerate(times_ms) if t >= cutoff]
+    return kept[-max_count:] if max_count > 0 else []
+
+
 @attrs.frozen
 class AggregateRecord:
     """What the processor keeps per aggregate in Spark state (the KTable row).
 
     ``snapshot`` is the app-codec encoding of the aggregate, ``None`` before the first event and
-    after a terminal event (``deleted``). ``seen`` holds the recent command ids for
-    de-duplication, newest last, bounded by the configured window and count.
+    after a terminal event (``deleted``). The recent command ids and their first results (the
+    de-duplication memory, oldest first) are packed into four flat fields so that a batch reads
+    them without decoding one record per command; use :meth:`of`, :meth:`seen_command_ids`,
+    :attr:`seen` and :meth:`remember` rather than the packed fields.
     """
 
     version: int = 0
     deleted: bool = False
     snapshot: bytes | None = None
-    seen: list[SeenCommand] = attrs.field(factory=list)
+    seen_ids: str = ""  # command ids joined by NUL
+    seen_times: bytes = b""  # int64 little endian per id: the command's timestamp in ms
+    seen_sizes: bytes = b""  # uint32 little endian per id: length of its result
+    seen_results: bytes = b""  # the encoded CommandResults, concatenated
+
+    @classmethod
+    def of(cls, version: int = 0, deleted: bool = False, snapshot: bytes | None = None,
+           seen: Sequence[SeenCommand] = ()) -> AggregateRecord:
+        ids = [s.command_id for s in seen]
+        for cid in ids:
+            if "\0" in cid:
+                raise ValueError(f"command id {cid!r} contains a NUL character")
+        return cls(
+            version, deleted, snapshot, "\0".join(ids),
+            _pack("q", [s.timestamp_ms for s in seen]),
+            _pack("I", [len(s.result) for s in seen]),
+            b"".join(s.result for s in seen),
+        )
+
+    def seen_command_ids(self) -> list[str]:
+        return self.seen_ids.split("\0") if self.seen_ids else []
+
+    @property
+    def seen(self) -> list[SeenCommand]:
+        out, pos = [], 0
+        for cid, ts, size in zip(self.seen_command_ids(), _unpack("q", self.seen_times),
+                                 _unpack("I", self.seen_sizes), strict=True):
+            out.append(SeenCommand(cid, ts, self.seen_results[pos:pos + size]))
+            pos += size
+        return out
+
+    def remember(self, version: int, deleted: bool, snapshot: bytes | None,
+                 new: Sequence[SeenCommand], window_ms: int, max_count: int) -> AggregateRecord:
+        """The next record: new version and snapshot, ``new`` commands appended to the memory,
+        trimmed by :func:`kept_indices` (without unpacking the remembered results)."""
+        ids = self.seen_command_ids() + [s.command_id for s in new]
+        times = _unpack("q", self.seen_times) + [s.timestamp_ms for s in new]
+        sizes = _unpack("I", self.seen_sizes) + [len(s.result) for s in new]
+        results = self.seen_results + b"".join(s.result for s in new)
+        keep = kept_indices(times, window_ms, max_count)
+        if len(keep) != len(ids):
+            offsets = [0]
+            for size in sizes:
+                offsets.append(offsets[-1] + size)
+            results = b"".join(results[offsets[i]:offsets[i + 1]] for i in keep)
+            ids = [ids[i] for i in keep]
+            times = [times[i] for i in keep]
+            sizes = [sizes[i] for i in keep]
+        if any("\0" in s.command_id for s in new):
+            raise ValueError("a command id contains a NUL character")
+        return AggregateRecord(version, deleted, snapshot, "\0".join(ids),
+                               _pack("q", times), _pack("I", sizes), results)
+
+
+def _pack(code: str, values: Sequence[int]) -> bytes:
+    arr = array.array(code, values)
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def _unpack(code: str, data: bytes) -> list[int]:
+    arr = array.array(code)
+    arr.frombytes(data)
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr.tolist()
 
 
 FRAMEWORK_CLASSES: Final[tuple[type, ...]] = (CommandResult, SeenCommand, AggregateRecord)

@@ -7,6 +7,7 @@ import uuid
 
 from cqrs.app import App
 from cqrs.envelope import Envelope, Headers, to_kafka
+from cqrs.errors import MalformedHeaderError
 
 __all__ = ["encode_command"]
 
@@ -28,6 +29,11 @@ def encode_command(
     """
     entry, _ = app.model.route(command)
     cid = command_id or str(uuid.uuid4())
+    if not cid or "\0" in cid:
+        raise MalformedHeaderError(
+            f"command id {cid!r} is empty or contains a NUL character: use printable text, "
+            "e.g. a UUID"
+        )
     envelope = Envelope.for_command(
         command,
         command_id=cid,

@@ -166,7 +166,7 @@ def _fold_group(cfg: CqrsConfig, opts: ProcessorOptions) -> Callable[[Any, pd.Da
             if res.command_id not in firsts:  # re-written copies carry the same bytes
                 firsts[res.command_id] = (p, o, SeenCommand(
                     res.command_id, int(res.timestamp.timestamp() * 1000), blob))
-        seen = step._window([s for _, _, s in sorted(firsts.values(), key=lambda t: t[:2])])  # noqa: SLF001
+        seen = step.window([s for _, _, s in sorted(firsts.values(), key=lambda t: t[:2])])
 
         record: bytes | None = None
         version = 0
@@ -199,7 +199,7 @@ def _fold_group(cfg: CqrsConfig, opts: ProcessorOptions) -> Callable[[Any, pd.Da
                 state, version = replay(entry.aggregate_class, payloads)
                 deleted = state is None and version > 0
                 snapshot = None if state is None else codec.encode(state)
-                record = codec.encode(AggregateRecord(version, deleted, snapshot, seen))
+                record = codec.encode(AggregateRecord.of(version, deleted, snapshot, seen))
         parts = sorted(answered)
         return pd.DataFrame({
             "aggregate_type": [aggregate_type], "aggregate_id": [aggregate_id],

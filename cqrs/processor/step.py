@@ -29,7 +29,9 @@ from cqrs.codec.registry import Codec
 from cqrs.domain.decision import Accepted, CommandInput, Failed, RejectedOutcome, decide
 from cqrs.envelope import CONTENT_TYPE, Envelope, Headers, from_kafka, to_kafka
 from cqrs.errors import CqrsError
-from cqrs.results import ACCEPTED, FAILED, REJECTED, AggregateRecord, CommandResult, SeenCommand
+from cqrs.results import (
+    ACCEPTED, FAILED, REJECTED, AggregateRecord, CommandResult, SeenCommand, kept_indices,
+)
 from cqrs.topics import AppTopics
 
 __all__ = ["AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord"]
@@ -125,7 +127,7 @@ class AggregateStep:
             return None, out
 
         current = state if state is not None else AggregateRecord()
-        seen = {s.command_id: s for s in current.seen}
+        seen = set(current.seen_command_ids())
         pending: list[_Pending] = []
         duplicates: list[tuple[InputRecord, str]] = []
         batch_ids: set[str] = set()
@@ -136,6 +138,10 @@ class AggregateStep:
                 out.append(self._dead_letter(rec, "envelope", type(exc).__name__, str(exc)))
                 continue
             cid = env.command_id or env.message_id
+            if "\0" in cid:
+                out.append(self._dead_letter(rec, "envelope", "MalformedHeaderError",
+                                             f"command id {cid!r} contains a NUL character"))
+                continue
             if cid in seen or cid in batch_ids:
                 duplicates.append((rec, cid))
                 continue
@@ -182,23 +188,22 @@ class AggregateStep:
                 deleted = decision.state is None and version > 0
                 snapshot = None if decision.state is None else self.codec.encode(decision.state)
 
-        by_id = {**seen, **{s.command_id: s for s in new_seen}}
+        by_id = {s.command_id: s for s in [*(current.seen if duplicates else ()), *new_seen]}
         for rec, cid in duplicates:
             first = by_id[cid]
             out.append(self._result_record(self.codec.decode(first.result), first.result))
 
         if not new_seen and version == current.version:
             return None, out  # nothing to store
-        return AggregateRecord(version, deleted, snapshot, self._window([*current.seen, *new_seen])), out
+        return current.remember(version, deleted, snapshot, new_seen,
+                                self.dedup.window_ms, self.dedup.max_per_aggregate), out
 
     # ---- helpers ----------------------------------------------------------------------------
 
-    def _window(self, seen: list[SeenCommand]) -> list[SeenCommand]:
-        if not seen:
-            return seen
-        newest = max(s.timestamp_ms for s in seen)
-        kept = [s for s in seen if s.timestamp_ms >= newest - self.dedup.window_ms]
-        return kept[-self.dedup.max_per_aggregate:]
+    def window(self, seen: list[SeenCommand]) -> list[SeenCommand]:
+        """The part of ``seen`` (oldest first) the dedup policy keeps."""
+        times = [s.timestamp_ms for s in seen]
+        return [seen[i] for i in kept_indices(times, self.dedup.window_ms, self.dedup.max_per_aggregate)]
 
     def _result(self, p: _Pending, aggregate_type: str, aggregate_id: str, outcome: Any) -> CommandResult:
         common = dict(

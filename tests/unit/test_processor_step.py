@@ -140,3 +140,23 @@ def test_state_round_trips_through_the_codec() -> None:
     step = _step()
     assert step.load_state(step.dump_state(state)) == state
     assert step.load_state(None) == AggregateRecord()
+
+
+def test_packed_dedup_memory_round_trips_and_trims_like_the_policy() -> None:
+    from cqrs.results import SeenCommand, kept_indices
+
+    seen = [SeenCommand(f"c{i}", 1000 * i, bytes([i]) * (i + 1)) for i in range(6)]
+    record = AggregateRecord.of(3, False, b"s", seen[:4])
+    assert record.seen == seen[:4] and record.seen_command_ids() == ["c0", "c1", "c2", "c3"]
+    assert APP.codec.decode(APP.codec.encode(record)) == record
+    nxt = record.remember(5, False, b"t", seen[4:], window_ms=3000, max_count=3)
+    assert nxt.seen == [seen[i] for i in kept_indices([s.timestamp_ms for s in seen], 3000, 3)]
+    assert [s.command_id for s in nxt.seen] == ["c3", "c4", "c5"]
+    assert (nxt.version, nxt.snapshot) == (5, b"t")
+
+
+def test_command_ids_with_nul_are_refused_at_the_client() -> None:
+    from cqrs.errors import MalformedHeaderError
+
+    with pytest.raises(MalformedHeaderError, match="NUL"):
+        encode_command(APP, "acc-1", Deposit(1), command_id="a\0b")
