@@ -55,7 +55,7 @@ def _print_status(statuses: list[ServiceStatus]) -> None:
 
 
 def _up(cfg: CqrsConfig, args: argparse.Namespace) -> int:
-    missing = [c for c in ("kafka", "cassandra") if not artifacts.is_installed(cfg.dev, c)]
+    missing = [c for c in artifacts.COMPONENTS if not artifacts.is_installed(cfg.dev, c)]
     if missing:
         print(f"not installed yet: {', '.join(missing)}; running `cqrs dev install` first")
         artifacts.install(cfg.dev)

@@ -20,9 +20,14 @@ from cqrs.topics import AppTopics, ensure_topics, topics_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from cqrs.app import App
     from pyspark.sql.streaming import StreamingQuery
 
-__all__ = ["ProcessorOptions", "build_processor_stream", "checkpoint_for", "start_processor"]
+__all__ = [
+    "ProcessorOptions", "build_processor_stream", "checkpoint_for", "header_expr", "publish_app_schemas",
+    "start_processor",
+]
 
 STATE_NAME = "aggregate"
 
@@ -101,10 +106,19 @@ def _processor_class() -> type:
             for rec in out:
                 yield Row(topic=rec.topic, key=rec.key, value=rec.value, headers=rec.headers)
 
+        def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:  # noqa: N802, N803
+            """Seed an aggregate's record (only when started with an initial state: rebuilds)."""
+            self.state.update((bytes(initialState["record"]),))
+
         def close(self) -> None:
             pass
 
     return CommandProcessor
+
+
+def header_expr(name: str) -> str:
+    """Spark SQL for the value of the Kafka header ``name`` of a record (NULL when absent)."""
+    return f"element_at(filter(headers, h -> h.key = '{name}'), 1).value"
 
 
 def _header(h: Any) -> tuple[str, bytes | None]:
@@ -131,21 +145,25 @@ def output_schema() -> Any:
 
 
 def build_processor_stream(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
-                           topics: AppTopics) -> DataFrame:
-    """The processor's streaming DataFrame: one row per record to write."""
+                           topics: AppTopics, *, starting_offsets: str = "earliest",
+                           initial_state: DataFrame | None = None) -> DataFrame:
+    """The processor's streaming DataFrame: one row per record to write.
+
+    ``initial_state`` (columns aggregate_type, aggregate_id, record) seeds the state of a fresh
+    checkpoint and ``starting_offsets`` (Spark's JSON form) skips commands already answered:
+    both are for :mod:`cqrs.processor.rebuild`.
+    """
     from pyspark.sql import functions as F
 
     reader = (spark.readStream.format("kafka").options(**cfg.kafka.spark_options())
               .option("subscribe", topics.commands)
-              .option("startingOffsets", "earliest")
+              .option("startingOffsets", starting_offsets)
               .option("includeHeaders", "true")
               .option("failOnDataLoss", "true"))
     if opts.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
     source = reader.load()
-    aggregate_type = F.expr(
-        "element_at(filter(headers, h -> h.key = 'cqrs.aggregate_type'), 1).value"
-    ).cast("string")
+    aggregate_type = F.expr(header_expr("cqrs.aggregate_type")).cast("string")
     keyed = source.select(
         aggregate_type.alias("aggregate_type"),
         F.col("key").cast("string").alias("aggregate_id"),
@@ -156,19 +174,16 @@ def build_processor_stream(spark: SparkSession, cfg: CqrsConfig, opts: Processor
         outputStructType=output_schema(),
         outputMode="Append",
         timeMode="None",
+        initialState=(initial_state.groupBy("aggregate_type", "aggregate_id")
+                      if initial_state is not None else None),
     )
 
 
-def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
-                    *, available_now: bool = False) -> StreamingQuery:
-    """Create the topics if missing, publish the app's schemas and start the query."""
+def publish_app_schemas(cfg: CqrsConfig, topics: AppTopics, app: App) -> None:
+    """Check the app's classes against every stored schema, then publish theirs."""
     from cqrs.codec.kafka_schema_store import KafkaSchemaStore
     from cqrs.codec.registry import check_compatibility
-    from cqrs.loading import load_app
 
-    app = load_app(opts.app_ref)
-    topics = opts.topics or topics_for(app.name, cfg.kafka.topic_prefix)
-    ensure_topics(cfg, topics)
     store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas, cfg.kafka.client_options())
     try:
         codec = app.codec_for(store)
@@ -176,10 +191,23 @@ def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions
         codec.publish_schemas()  # executors then find every schema they write
     finally:
         store.close()
-    stream = build_processor_stream(spark, cfg, opts, topics)
+
+
+def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
+                    *, available_now: bool = False, starting_offsets: str = "earliest",
+                    initial_state: DataFrame | None = None, name_suffix: str = "") -> StreamingQuery:
+    """Create the topics if missing, publish the app's schemas and start the query."""
+    from cqrs.loading import load_app
+
+    app = load_app(opts.app_ref)
+    topics = opts.topics or topics_for(app.name, cfg.kafka.topic_prefix)
+    ensure_topics(cfg, topics)
+    publish_app_schemas(cfg, topics, app)
+    stream = build_processor_stream(spark, cfg, opts, topics, starting_offsets=starting_offsets,
+                                    initial_state=initial_state)
     writer = (stream.writeStream.format("kafka").options(**cfg.kafka.spark_options())
               .option("checkpointLocation", opts.checkpoint or checkpoint_for(cfg, app.name))
-              .queryName(f"cqrs-processor-{app.name}"))
+              .queryName(f"cqrs-processor-{app.name}{name_suffix}"))
     if available_now:
         writer = writer.trigger(availableNow=True)
     elif opts.trigger_interval:

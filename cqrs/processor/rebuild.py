@@ -36,10 +36,11 @@ from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError, ReplayError
 from cqrs.processor.job import (
     ProcessorOptions,
-    _processor_class,
     _step_for,
     checkpoint_for,
-    output_schema,
+    header_expr,
+    publish_app_schemas,
+    start_processor,
 )
 from cqrs.processor.state import checkpoint_has_commits, path_exists
 from cqrs.results import FAILED, AggregateRecord, SeenCommand
@@ -211,10 +212,6 @@ def _fold_group(cfg: CqrsConfig, opts: ProcessorOptions) -> Callable[[Any, pd.Da
     return fold
 
 
-def _header(name: str) -> str:
-    return f"element_at(filter(headers, h -> h.key = '{name}'), 1).value"
-
-
 def _topic_rows(spark: SparkSession, cfg: CqrsConfig, topic: str,
                 marks: dict[int, tuple[int, int]], kind: str) -> DataFrame:
     from pyspark.sql import functions as F
@@ -228,13 +225,13 @@ def _topic_rows(spark: SparkSession, cfg: CqrsConfig, topic: str,
           .load())
     if kind == EVENT:
         aggregate_id = F.col("key").cast("string")
-        version = F.expr(_header("cqrs.version")).cast("string").cast("long")
+        version = F.expr(header_expr("cqrs.version")).cast("string").cast("long")
     else:
-        aggregate_id = F.expr(_header("cqrs.aggregate_id")).cast("string")
+        aggregate_id = F.expr(header_expr("cqrs.aggregate_id")).cast("string")
         version = F.lit(-1).cast("long")
     return df.select(
         F.lit(kind).alias("kind"),
-        F.expr(_header("cqrs.aggregate_type")).cast("string").alias("aggregate_type"),
+        F.expr(header_expr("cqrs.aggregate_type")).cast("string").alias("aggregate_type"),
         aggregate_id.alias("aggregate_id"),
         F.coalesce(version, F.lit(-1).cast("long")).alias("version"),
         "value", "partition", "offset",
@@ -295,64 +292,6 @@ class _StageProgress:
 # ---- the processor query with an initial state -----------------------------------------------
 
 
-def _rebuilding_processor_class() -> type:
-    """The processor class plus ``handleInitialState``: stores the rebuilt record as is."""
-    base = _processor_class()
-
-    class RebuildingCommandProcessor(base):  # type: ignore[misc, valid-type]
-        def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:  # noqa: N802, N803
-            self.state.update((bytes(initialState["record"]),))
-
-    return RebuildingCommandProcessor
-
-
-def _start_with_initial_state(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
-                              topics: AppTopics, checkpoint: str, starting_offsets: str,
-                              initial: DataFrame, app_name: str) -> Any:
-    """The same query as :func:`cqrs.processor.job.start_processor` (source, grouping, processor,
-    sink: the new checkpoint must suit it), with starting offsets and an initial state."""
-    from pyspark.sql import functions as F
-
-    reader = (spark.readStream.format("kafka").options(**cfg.kafka.spark_options())
-              .option("subscribe", topics.commands)
-              .option("startingOffsets", starting_offsets)
-              .option("includeHeaders", "true")
-              .option("failOnDataLoss", "true"))
-    if opts.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
-    source = reader.load()
-    keyed = source.select(
-        F.expr(_header("cqrs.aggregate_type")).cast("string").alias("aggregate_type"),
-        F.col("key").cast("string").alias("aggregate_id"),
-        "key", "value", "headers", "topic", "partition", "offset",
-    )
-    stream = keyed.groupBy("aggregate_type", "aggregate_id").transformWithState(
-        statefulProcessor=_rebuilding_processor_class()(cfg, opts),
-        outputStructType=output_schema(),
-        outputMode="Append",
-        timeMode="None",
-        initialState=initial.groupBy("aggregate_type", "aggregate_id"),
-    )
-    return (stream.writeStream.format("kafka").options(**cfg.kafka.spark_options())
-            .option("checkpointLocation", checkpoint)
-            .queryName(f"cqrs-processor-{app_name}-rebuild")
-            .trigger(availableNow=True)
-            .start())
-
-
-def _prepare_schemas(cfg: CqrsConfig, topics: AppTopics, app: Any) -> None:
-    from cqrs.codec.kafka_schema_store import KafkaSchemaStore
-    from cqrs.codec.registry import check_compatibility
-
-    store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas, cfg.kafka.client_options())
-    try:
-        codec = app.codec_for(store)
-        check_compatibility(store, codec)  # the current code must read every stored event
-        codec.publish_schemas()
-    finally:
-        store.close()
-
-
 # ---- entry point -----------------------------------------------------------------------------
 
 
@@ -385,7 +324,7 @@ def rebuild_state(
     event_marks = _watermarks(cfg, topics.events)
     result_marks = _watermarks(cfg, topics.results)
     command_marks = _watermarks(cfg, topics.commands)
-    _prepare_schemas(cfg, topics, app)
+    publish_app_schemas(cfg, topics, app)
     to_read = sum(h - lo for lo, h in event_marks.values())
     say(f"reading {to_read} events from {topics.events!r} ({len(event_marks)} partitions) and "
         f"{sum(h - lo for lo, h in result_marks.values())} results from {topics.results!r}")
@@ -410,8 +349,11 @@ def rebuild_state(
             f"{json.loads(start_json)[topics.commands]}")
 
         initial = folded.where("record IS NOT NULL").select("aggregate_type", "aggregate_id", "record")
-        query = _start_with_initial_state(spark, cfg, opts, topics, new_checkpoint, start_json,
-                                          initial, app.name)
+        query = start_processor(
+            spark, cfg, attrs.evolve(opts, topics=topics, checkpoint=new_checkpoint),
+            available_now=True, starting_offsets=start_json, initial_state=initial,
+            name_suffix="-rebuild",
+        )
         processed = 0
         seen_batches: set[int] = set()
 
