@@ -17,6 +17,7 @@ Needs the local stack (``cqrs dev up``) or CQRS_* settings naming one. Uses fres
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -24,6 +25,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -101,7 +103,9 @@ def produce(cfg: CqrsConfig, topics: AppTopics, commands: list[tuple[str, object
     return ids
 
 
-def throughput(cfg: CqrsConfig, spark: object, aggregates: int, commands: int) -> float:
+@contextlib.contextmanager
+def running_processor(cfg: CqrsConfig, spark: object, aggregates: int) -> Iterator[tuple[AppTopics, ResultWatcher, object]]:
+    """Fresh topics, a results watcher and a running processor with every account opened."""
     prefix = f"bench-{uuid.uuid4().hex[:8]}-"
     topics = topics_for(app.name, prefix)
     ensure_topics(cfg, topics)
@@ -114,6 +118,14 @@ def throughput(cfg: CqrsConfig, spark: object, aggregates: int, commands: int) -
         print(f"warm-up: opening {aggregates:,} accounts", flush=True)
         opened = produce(cfg, topics, [(f"acc-{a}", OpenAccount(f"owner {a}")) for a in range(aggregates)])
         watcher.wait_for(opened, 900, "warm-up")
+        yield topics, watcher, query
+    finally:
+        query.stop()
+        watcher.stopped.set()
+
+
+def throughput(cfg: CqrsConfig, spark: object, aggregates: int, commands: int) -> float:
+    with running_processor(cfg, spark, aggregates) as (topics, watcher, query):
         work = [(f"acc-{n % aggregates}", Deposit(1 + n % 100)) for n in range(commands)]
         print(f"timed: {commands:,} deposits over {aggregates:,} aggregates", flush=True)
         started = time.monotonic()
@@ -127,9 +139,6 @@ def throughput(cfg: CqrsConfig, spark: object, aggregates: int, commands: int) -
               flush=True)
         report_batches(query)
         return rate
-    finally:
-        query.stop()
-        watcher.stopped.set()
 
 
 def report_batches(query: object) -> None:
@@ -148,17 +157,7 @@ def report_batches(query: object) -> None:
 
 
 def latency(cfg: CqrsConfig, spark: object, rate: float, seconds: float, aggregates: int) -> tuple[float, float]:
-    prefix = f"bench-{uuid.uuid4().hex[:8]}-"
-    topics = topics_for(app.name, prefix)
-    ensure_topics(cfg, topics)
-    watcher = ResultWatcher(cfg, topics.results)
-    watcher.start()
-    opts = ProcessorOptions(APP_REF, topics=topics,
-                            checkpoint=cfg.spark.checkpoint_location("bench", prefix + "processor"))
-    query = start_processor(spark, cfg, opts)
-    try:
-        opened = produce(cfg, topics, [(f"acc-{a}", OpenAccount("o")) for a in range(aggregates)])
-        watcher.wait_for(opened, 600, "warm-up")
+    with running_processor(cfg, spark, aggregates) as (topics, watcher, _):
         total = int(rate * seconds)
         print(f"offering {rate:.0f} commands/s for {seconds:.0f} s ({total:,} commands)", flush=True)
         sent_at: dict[bytes, float] = {}
@@ -171,9 +170,6 @@ def latency(cfg: CqrsConfig, spark: object, rate: float, seconds: float, aggrega
         print(f"RESULT latency rate={rate:.0f}/s commands={total} p50_s={p50:.3f} p99_s={p99:.3f} "
               f"max_s={rtt[-1]:.3f}", flush=True)
         return p50, p99
-    finally:
-        query.stop()
-        watcher.stopped.set()
 
 
 def main() -> None:
