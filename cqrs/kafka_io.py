@@ -16,7 +16,7 @@ import attrs
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 
-__all__ = ["KafkaRecord", "make_consumer", "make_producer", "read_to_end"]
+__all__ = ["KafkaRecord", "make_admin", "make_consumer", "make_producer", "read_to_end"]
 
 
 @attrs.frozen
@@ -28,6 +28,13 @@ class KafkaRecord:
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
     timestamp_ms: int
+
+
+def make_admin(cfg: CqrsConfig) -> Any:
+    """An admin client; keep a reference while waiting on its futures."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client_options()})
 
 
 def make_producer(cfg: CqrsConfig, **extra: Any) -> Any:

@@ -52,9 +52,11 @@ def _settings(topics: AppTopics) -> dict[str, dict[str, str]]:
 def ensure_topics(cfg: CqrsConfig, topics: AppTopics, partitions: int | None = None) -> list[str]:
     """Create the app's topics that do not exist yet; returns the names created."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
-    admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client_options()})
+    from cqrs.kafka_io import make_admin
+
+    admin = make_admin(cfg)
     try:
         existing = set(admin.list_topics(timeout=30).topics)
     except KafkaException as exc:

@@ -13,6 +13,7 @@ import attrs
 
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
+from cqrs.kafka_io import make_admin, make_producer, read_to_end
 
 __all__ = ["SmokeResult", "cassandra_roundtrip", "kafka_roundtrip", "run_all", "spark_kafka_pipeline"]
 
@@ -25,16 +26,10 @@ class SmokeResult:
     detail: str
 
 
-def _admin(cfg: CqrsConfig):  # type: ignore[no-untyped-def]
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client_options()})
-
-
 def _create_topics(cfg: CqrsConfig, *names: str, partitions: int = 2) -> None:
     from confluent_kafka.admin import NewTopic
 
-    admin = _admin(cfg)  # must outlive its futures
+    admin = make_admin(cfg)  # must outlive its futures
     futures = admin.create_topics(
         [NewTopic(n, partitions, cfg.kafka.replication_factor) for n in names]
     )
@@ -43,7 +38,7 @@ def _create_topics(cfg: CqrsConfig, *names: str, partitions: int = 2) -> None:
 
 
 def _delete_topics(cfg: CqrsConfig, *names: str) -> None:
-    admin = _admin(cfg)  # must outlive its futures
+    admin = make_admin(cfg)  # must outlive its futures
     for f in admin.delete_topics(list(names)).values():
         try:
             f.result(timeout=30)
@@ -51,45 +46,19 @@ def _delete_topics(cfg: CqrsConfig, *names: str) -> None:
             pass
 
 
-def _consume_all(cfg: CqrsConfig, topic: str, expected: int, timeout_s: float) -> list[tuple[bytes, bytes]]:
-    from confluent_kafka import Consumer
-
-    consumer = Consumer({
-        "bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client_options(),
-        "group.id": f"cqrs-smoke-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-    })
-    consumer.subscribe([topic])
-    got: list[tuple[bytes, bytes]] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(got) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            got.append((msg.key(), msg.value()))
-    finally:
-        consumer.close()
-    return got
-
-
 def kafka_roundtrip(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
     """Produce ``n`` keyed records with confluent-kafka and consume them back."""
-    from confluent_kafka import Producer
-
     topic = f"cqrs-smoke-kafka-{uuid.uuid4().hex[:8]}"
     _create_topics(cfg, topic)
     try:
         started = time.monotonic()
-        producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers,
-                             **cfg.kafka.client_options(), "enable.idempotence": True,
-                             "acks": "all", "partitioner": "murmur2_random"})
+        producer = make_producer(cfg)
         sent = {(f"k{i % 50}".encode(), f"v{i}".encode()) for i in range(n)}
         for key, value in sent:
             producer.produce(topic, key=key, value=value)
         if producer.flush(30) != 0:
             raise CqrsError(f"{topic}: records still unsent after 30 s")
-        got = _consume_all(cfg, topic, n, 60)
+        got = [(r.key, r.value) for r in read_to_end(cfg, [topic], timeout_s=60)]
         if set(got) != sent:
             raise CqrsError(f"{topic}: sent {n} records, read back {len(got)} (or different ones)")
         return SmokeResult("kafka produce/consume", n, time.monotonic() - started, topic)
@@ -99,7 +68,6 @@ def kafka_roundtrip(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
 
 def spark_kafka_pipeline(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
     """A Spark streaming query: Kafka source -> transform -> Kafka sink, run to completion."""
-    from confluent_kafka import Producer
     from pyspark.sql import functions as F
 
     from cqrs.spark_session import spark_session
@@ -108,8 +76,7 @@ def spark_kafka_pipeline(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
     dst = f"cqrs-smoke-out-{uuid.uuid4().hex[:8]}"
     _create_topics(cfg, src, dst)
     try:
-        producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers,
-                             **cfg.kafka.client_options()})
+        producer = make_producer(cfg)
         for i in range(n):
             producer.produce(src, key=f"k{i % 50}".encode(), value=f"v{i}".encode())
         producer.flush(30)
@@ -123,7 +90,7 @@ def spark_kafka_pipeline(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
                  .option("topic", dst).option("checkpointLocation", checkpoint)
                  .trigger(availableNow=True).start())
         query.awaitTermination()
-        got = _consume_all(cfg, dst, n, 60)
+        got = [(r.key, r.value) for r in read_to_end(cfg, [dst], timeout_s=60)]
         expected = {(f"k{i % 50}".encode(), f"V{i}".encode()) for i in range(n)}
         if set(got) != expected:
             raise CqrsError(f"spark pipeline {src} -> {dst}: expected {n} upper-cased records, got {len(got)}")
