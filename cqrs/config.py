@@ -23,6 +23,7 @@ from cqrs.errors import ConfigError
 
 __all__ = [
     "CassandraSettings",
+    "ClientSettings",
     "CqrsConfig",
     "DevSettings",
     "KafkaSettings",
@@ -192,11 +193,35 @@ class DevSettings:
 
 
 @attrs.frozen
+class ClientSettings:
+    client_id: str = setting(
+        "", "CQRS_CLIENT_ID",
+        "Name of this command client (default: a random one); picks its reply partition.",
+    )
+    reply_partition: int = setting(
+        -1, "CQRS_CLIENT_REPLY_PARTITION",
+        "Partition of the command-results topic the processor answers this client on "
+        "(-1: derived from the client id).",
+    )
+    reply_routing: bool = setting(
+        True, "CQRS_CLIENT_REPLY_ROUTING",
+        "Ask for results on the reply partition; false: read every results partition "
+        "(for processors without reply routing).",
+    )
+    timeout_s: float = setting(
+        30.0, "CQRS_CLIENT_TIMEOUT", "Default seconds to wait for a command's result."
+    )
+    http_host: str = setting("127.0.0.1", "CQRS_HTTP_HOST", "Address `cqrs serve` listens on.")
+    http_port: int = setting(8080, "CQRS_HTTP_PORT", "Port `cqrs serve` listens on.")
+
+
+@attrs.frozen
 class CqrsConfig:
     kafka: KafkaSettings = attrs.field(factory=KafkaSettings)
     cassandra: CassandraSettings = attrs.field(factory=CassandraSettings)
     spark: SparkSettings = attrs.field(factory=SparkSettings)
     dev: DevSettings = attrs.field(factory=DevSettings)
+    client: ClientSettings = attrs.field(factory=ClientSettings)
 
     def with_overrides(self, **sections: Mapping[str, Any]) -> CqrsConfig:
         """A copy with some settings replaced: ``cfg.with_overrides(kafka={"bootstrap_servers": ...})``."""
@@ -215,6 +240,7 @@ _SECTIONS: dict[str, type] = {
     "cassandra": CassandraSettings,
     "spark": SparkSettings,
     "dev": DevSettings,
+    "client": ClientSettings,
 }
 
 
