@@ -1,7 +1,41 @@
-"""Sending commands to an app (the full client arrives with the client issue)."""
+"""Sending commands to an app and reading its results and aggregate state."""
 
 from __future__ import annotations
 
+from cqrs.client.aio import AsyncCommandClient
+from cqrs.client.command_client import CommandClient, Outgoing
 from cqrs.client.encoding import encode_command
+from cqrs.client.errors import (
+    ClientClosedError,
+    ClientError,
+    CommandDataError,
+    CommandDeliveryError,
+    CommandTimeoutError,
+    InvalidAggregateIdError,
+    InvalidCommandIdError,
+    UnknownCommandTypeError,
+)
+from cqrs.client.json_commands import command_from_json, resolve_command_type, to_jsonable
+from cqrs.client.query import StateReader
+from cqrs.client.replies import ListenerStats, ResultFuture
 
-__all__ = ["encode_command"]
+__all__ = [
+    "AsyncCommandClient",
+    "ClientClosedError",
+    "ClientError",
+    "CommandClient",
+    "CommandDataError",
+    "CommandDeliveryError",
+    "CommandTimeoutError",
+    "InvalidAggregateIdError",
+    "InvalidCommandIdError",
+    "ListenerStats",
+    "Outgoing",
+    "ResultFuture",
+    "StateReader",
+    "UnknownCommandTypeError",
+    "command_from_json",
+    "encode_command",
+    "resolve_command_type",
+    "to_jsonable",
+]

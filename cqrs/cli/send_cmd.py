@@ -1,0 +1,103 @@
+"""``cqrs send`` (one command, optionally waiting for its result) and ``cqrs serve`` (HTTP API)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from cqrs.config import CqrsConfig
+
+__all__ = ["EXIT_NOT_ACCEPTED", "EXIT_TIMEOUT", "read_data", "register"]
+
+EXIT_NOT_ACCEPTED = 1  # the command was rejected or failed
+EXIT_TIMEOUT = 3  # no result in time (resend with --command-id)
+
+
+def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    send = commands.add_parser(
+        "send", help="send one command to an app (and wait for its result with --wait)",
+        description="Exit status: 0 sent / accepted, 1 rejected or failed, 2 bad input, "
+        "3 no result within --timeout (resending with the same --command-id is safe).")
+    send.add_argument("app", help="the App, as module:attribute (e.g. domain_examples.bank:app)")
+    send.add_argument("command_type", help="command type name (e.g. example.bank.Deposit) or "
+                      "its class name (Deposit)")
+    send.add_argument("aggregate_id", help="the aggregate the command is for")
+    send.add_argument("--data", default="{}", metavar="JSON",
+                      help="the command's fields as a JSON object, or @FILE (default: {})")
+    send.add_argument("--expect", type=int, default=None, metavar="N", dest="expected_version",
+                      help="expected aggregate version: 0 = must be new, N = exactly N")
+    send.add_argument("--wait", action="store_true", help="wait for the result and print it")
+    send.add_argument("--timeout", type=float, default=None, metavar="S",
+                      help="seconds to wait with --wait (default: client.timeout_s)")
+    send.add_argument("--command-id", default=None, metavar="ID",
+                      help="idempotency key (default: a random UUID); reuse it to resend safely")
+    send.add_argument("--correlation-id", default=None, metavar="ID")
+    send.set_defaults(run=_run_send)
+
+    serve = commands.add_parser("serve", help="serve an app's HTTP API (commands, results, state)")
+    serve.add_argument("app", help="the App, as module:attribute")
+    serve.add_argument("--host", default=None, help="address to listen on (default: client.http_host)")
+    serve.add_argument("--port", type=int, default=None, help="port (default: client.http_port)")
+    serve.add_argument("--checkpoint", default=None,
+                       help="processor checkpoint for state reads (default: the processor's)")
+    serve.add_argument("--routes", action="append", default=[], metavar="MODULE:FACTORY",
+                       help="add routes from a factory routes(ctx) -> APIRouter (repeatable), "
+                       "e.g. projection read models")
+    serve.set_defaults(run=_run_serve)
+
+
+def read_data(text: str) -> str:
+    """The ``--data`` text: inline JSON, or the content of ``@FILE``."""
+    from cqrs.client.errors import CommandDataError
+
+    if text.startswith("@"):
+        try:
+            return Path(text[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CommandDataError(f"cannot read --data file {text[1:]!r}: {exc.strerror}") from None
+    return text
+
+
+def _run_send(cfg: CqrsConfig, args: argparse.Namespace) -> int:
+    from cqrs.client import CommandClient, CommandTimeoutError, command_from_json, to_jsonable
+    from cqrs.client.command_client import check_ids
+    from cqrs.loading import load_app
+
+    app = load_app(args.app)
+    command = command_from_json(app, args.command_type, read_data(args.data))  # before Kafka
+    check_ids(args.aggregate_id, args.command_id, args.correlation_id, args.expected_version)
+    with CommandClient(app, cfg) as client:
+        future = client.send(args.aggregate_id, command, args.expected_version, args.command_id,
+                             args.correlation_id)
+        if not args.wait:
+            if client.flush() != 0:
+                print(f"cqrs: error: command {future.command_id} not delivered", file=sys.stderr)
+                return 2
+            print(json.dumps({"command_id": future.command_id, "status": "sent"}))
+            return 0
+        try:
+            result = client.wait(future, args.timeout)
+        except CommandTimeoutError as exc:
+            print(f"cqrs: timeout: {exc}\nresend: --command-id {exc.command_id}", file=sys.stderr)
+            return EXIT_TIMEOUT
+    print(json.dumps(to_jsonable(result), indent=2))
+    return 0 if result.accepted else EXIT_NOT_ACCEPTED
+
+
+def _run_serve(cfg: CqrsConfig, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from cqrs.http import HttpContext, create_http_app
+    from cqrs.loading import load_app, load_object
+
+    app = load_app(args.app)
+    extra = [load_object(ref, "route factory") for ref in args.routes]
+    ctx = HttpContext(app, cfg, checkpoint=args.checkpoint)
+    api = create_http_app(ctx, extra)
+    host = args.host or cfg.client.http_host
+    port = args.port if args.port is not None else cfg.client.http_port
+    print(f"serving {app.name!r} on http://{host}:{port} (OpenAPI: /docs)", flush=True)
+    uvicorn.run(api, host=host, port=port, log_level="warning")
+    return 0

@@ -1,0 +1,35 @@
+"""``/aggregates/{id}``: an aggregate's current version and state (processor checkpoint)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from cqrs.client.json_commands import to_jsonable
+from cqrs.http.context import HttpContext
+
+__all__ = ["routes"]
+
+
+def routes(ctx: HttpContext) -> APIRouter:
+    router = APIRouter(prefix="/aggregates", tags=["aggregates"])
+
+    @router.get("/{aggregate_id}", summary="an aggregate's version and state")
+    async def get_state(aggregate_id: str,
+                        type: str | None = Query(None, description="aggregate type name, when "  # noqa: A002
+                                                 "the id exists under several types")) -> Any:
+        if type is not None and type not in ctx.app.model.aggregates:
+            return JSONResponse({"error": "UnknownAggregateType", "message":
+                                 f"aggregate type {type!r} is not in app {ctx.app.name!r}; "
+                                 f"known: {sorted(ctx.app.model.aggregates)}"}, status_code=404)
+        state = await run_in_threadpool(lambda: ctx.states.get(aggregate_id, type))
+        if state is None:
+            return JSONResponse({"error": "UnknownAggregate", "message":
+                                 f"no aggregate {aggregate_id!r} in the processor's state (not "
+                                 "created yet, or the processor has not run)"}, status_code=404)
+        return to_jsonable(state)
+
+    return router

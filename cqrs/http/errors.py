@@ -1,0 +1,71 @@
+"""Errors as JSON ``{"error": type, "message": text, ...}`` with a 4xx status for bad requests;
+a bug is a 500 with its type and message, never a traceback."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cqrs.client.errors import (
+    CommandDataError,
+    CommandTimeoutError,
+    InvalidAggregateIdError,
+    InvalidCommandIdError,
+    UnknownCommandTypeError,
+)
+from cqrs.errors import CqrsError
+
+__all__ = ["error_body", "install_error_handlers", "status_of"]
+
+log = logging.getLogger("cqrs.http")
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status of a framework error."""
+    from cqrs.processor.state import CheckpointNotFoundError
+
+    if isinstance(exc, UnknownCommandTypeError):
+        return 404
+    if isinstance(exc, (CommandDataError, InvalidAggregateIdError, InvalidCommandIdError)):
+        return 422
+    if isinstance(exc, CommandTimeoutError):
+        return 504
+    if isinstance(exc, CheckpointNotFoundError):
+        return 503
+    if isinstance(exc, (ValueError, LookupError, TypeError)):
+        return 400
+    return 503  # Kafka or Spark unreachable and the like: try again later
+
+
+def error_body(exc: BaseException, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
+    for attr in ("field", "command_id"):
+        value = getattr(exc, attr, None)
+        if value is not None:
+            body[attr] = value
+    body.update(extra)
+    return body
+
+
+def install_error_handlers(api: Any) -> None:
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+
+    @api.exception_handler(CqrsError)
+    async def _framework(_: Request, exc: CqrsError) -> JSONResponse:
+        return JSONResponse(error_body(exc), status_code=status_of(exc))
+
+    @api.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for e in exc.errors():
+            where = ".".join(str(p) for p in e.get("loc", ()))
+            problems.append(f"{where}: {e.get('msg')}" if where else str(e.get("msg")))
+        return JSONResponse({"error": "RequestValidationError",
+                             "message": "bad request: " + "; ".join(problems)}, status_code=422)
+
+    @api.exception_handler(Exception)
+    async def _bug(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error in the cqrs HTTP service")
+        return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=500)
