@@ -40,7 +40,7 @@ Headers = list[tuple[str, bytes]]
 
 _REQUIRED: Final = ("message_id", "message_type", "kind", "aggregate_type", "timestamp")
 _OPTIONAL_STR: Final = ("command_id", "correlation_id", "causation_id")
-_OPTIONAL_INT: Final = ("version", "expected_version")
+_OPTIONAL_INT: Final = ("version", "expected_version", "reply_partition")
 
 
 @attrs.frozen(slots=True)
@@ -58,6 +58,7 @@ class Envelope:
     command_id: str | None = None
     correlation_id: str | None = None
     causation_id: str | None = None
+    reply_partition: int | None = None  # commands: results-topic partition the sender listens on
     content_type: str = CONTENT_TYPE
 
     @classmethod
@@ -88,6 +89,7 @@ class Envelope:
         expected_version: int | None = None,
         correlation_id: str | None = None,
         causation_id: str | None = None,
+        reply_partition: int | None = None,
     ) -> Envelope:
         """The envelope of a command sent by a client."""
         return cls(
@@ -101,6 +103,7 @@ class Envelope:
             command_id=command_id,
             correlation_id=correlation_id or command_id,
             causation_id=causation_id,
+            reply_partition=reply_partition,
         )
 
 

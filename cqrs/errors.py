@@ -9,6 +9,8 @@ from __future__ import annotations
 
 __all__ = [
     "CqrsError",
+    "KafkaUnavailableError",
+    "TopicNotFoundError",
     "ConfigError",
     "DevStackError",
     "ServiceNotReady",
@@ -191,3 +193,14 @@ class MissingHeaderError(EnvelopeError, LookupError):
 
 class MalformedHeaderError(EnvelopeError):
     """An envelope header is present but cannot be parsed."""
+
+
+# ---- Kafka ------------------------------------------------------------------------------------
+
+
+class TopicNotFoundError(CqrsError, LookupError):
+    """A topic the framework needs does not exist on the configured cluster."""
+
+
+class KafkaUnavailableError(CqrsError, RuntimeError):
+    """Kafka did not answer (not running, wrong bootstrap servers, network)."""

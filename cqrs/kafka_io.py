@@ -14,9 +14,9 @@ from typing import Any
 import attrs
 
 from cqrs.config import CqrsConfig
-from cqrs.errors import CqrsError
+from cqrs.errors import CqrsError, KafkaUnavailableError, TopicNotFoundError
 
-__all__ = ["KafkaRecord", "make_admin", "make_consumer", "make_producer", "read_to_end"]
+__all__ = ["KafkaRecord", "make_admin", "make_consumer", "make_producer", "read_to_end", "watermarks"]
 
 
 @attrs.frozen
@@ -62,6 +62,30 @@ def make_consumer(cfg: CqrsConfig, group_id: str | None = None, **extra: Any) ->
         "auto.offset.reset": "earliest",
         **extra,
     })
+
+
+def watermarks(cfg: CqrsConfig, topic: str) -> dict[int, tuple[int, int]]:
+    """``partition -> (low, high)`` offsets of ``topic`` (high: the offset the next record gets)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    consumer = make_consumer(cfg)
+    try:
+        meta = consumer.list_topics(topic, timeout=30)
+        found = meta.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise TopicNotFoundError(
+                f"topic {topic!r} does not exist on {cfg.kafka.bootstrap_servers}: check the app "
+                "name and topic prefix, and that this is the cluster the processor writes to"
+            )
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+                for p in sorted(found.partitions)}
+    except KafkaException as exc:
+        raise KafkaUnavailableError(
+            f"cannot read the offsets of topic {topic!r} on {cfg.kafka.bootstrap_servers}: {exc}; "
+            "is Kafka reachable (`cqrs dev status`)?"
+        ) from exc
+    finally:
+        consumer.close()
 
 
 def read_to_end(cfg: CqrsConfig, topics: Iterable[str], timeout_s: float = 60.0) -> list[KafkaRecord]:

@@ -21,11 +21,14 @@ def encode_command(
     command_id: str | None = None,
     correlation_id: str | None = None,
     timestamp: _dt.datetime | None = None,
+    reply_partition: int | None = None,
 ) -> tuple[str, bytes, bytes, Headers]:
     """``(command_id, key, value, headers)`` for ``command`` addressed to ``aggregate_id``.
 
     The aggregate type comes from the handler the model routes the command to; the timestamp
-    (the command's time, which its events inherit) defaults to now, in UTC.
+    (the command's time, which its events inherit) defaults to now, in UTC. ``reply_partition``
+    asks the processor to write the result to that partition of the command-results topic, so
+    a client need only read its own partition.
     """
     entry, _ = app.model.route(command)
     cid = command_id or str(uuid.uuid4())
@@ -33,6 +36,13 @@ def encode_command(
         raise MalformedHeaderError(
             f"command id {cid!r} is empty or contains a NUL character: use printable text, "
             "e.g. a UUID"
+        )
+    if reply_partition is not None and (
+        isinstance(reply_partition, bool) or not isinstance(reply_partition, int) or reply_partition < 0
+    ):
+        raise MalformedHeaderError(
+            f"reply partition {reply_partition!r} is not a partition number: use an int >= 0 "
+            "below the command-results topic's partition count"
         )
     envelope = Envelope.for_command(
         command,
@@ -42,6 +52,7 @@ def encode_command(
         timestamp=timestamp or _dt.datetime.now(_dt.timezone.utc),
         expected_version=expected_version,
         correlation_id=correlation_id,
+        reply_partition=reply_partition,
     )
     key, value, headers = to_kafka(envelope, app.codec.encode(command))
     return cid, key, value, headers

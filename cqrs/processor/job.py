@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from cqrs.config import CqrsConfig
+from cqrs.kafka_io import watermarks
 from cqrs.processor.step import AggregateStep, DedupPolicy, InputRecord
 from cqrs.topics import AppTopics, ensure_topics, topics_for
 
@@ -42,6 +43,9 @@ class ProcessorOptions:
     dedup: DedupPolicy = DedupPolicy()
     max_offsets_per_trigger: int | None = None
     trigger_interval: str | None = None  # e.g. "500 milliseconds"; None: as fast as possible
+    # partitions of the results topic, so a command's reply partition can be honoured; filled
+    # in by start_processor from the topic's metadata
+    results_partitions: int | None = None
 
 
 def checkpoint_for(cfg: CqrsConfig, app_name: str) -> str:
@@ -65,7 +69,8 @@ def _step_for(cfg: CqrsConfig, opts: ProcessorOptions) -> AggregateStep:
             topics = opts.topics or topics_for(app.name, cfg.kafka.topic_prefix)
             store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas,
                                      cfg.kafka.client_options())
-            step = AggregateStep(app, app.codec_for(store), topics, opts.dedup)
+            step = AggregateStep(app, app.codec_for(store), topics, opts.dedup,
+                                 results_partitions=opts.results_partitions)
             _STEPS[cache_key] = step
         return step
 
@@ -104,7 +109,8 @@ def _processor_class() -> type:
             if new_state is not None and has_state:
                 self.state.update((self.step.dump_state(new_state),))
             for rec in out:
-                yield Row(topic=rec.topic, key=rec.key, value=rec.value, headers=rec.headers)
+                yield Row(topic=rec.topic, key=rec.key, value=rec.value, headers=rec.headers,
+                          partition=rec.partition)
 
         def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:  # noqa: N802, N803
             """Seed an aggregate's record (only when started with an initial state: rebuilds)."""
@@ -130,7 +136,7 @@ def _header(h: Any) -> tuple[str, bytes | None]:
 
 def output_schema() -> Any:
     from pyspark.sql.types import (
-        ArrayType, BinaryType, StringType, StructField, StructType,
+        ArrayType, BinaryType, IntegerType, StringType, StructField, StructType,
     )
 
     return StructType([
@@ -141,6 +147,7 @@ def output_schema() -> Any:
             StructField("key", StringType(), False),
             StructField("value", BinaryType(), True),
         ])), True),
+        StructField("partition", IntegerType(), True),  # NULL: partitioned by key
     ])
 
 
@@ -202,6 +209,7 @@ def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions
     app = load_app(opts.app_ref)
     topics = opts.topics or topics_for(app.name, cfg.kafka.topic_prefix)
     ensure_topics(cfg, topics)
+    opts = attrs.evolve(opts, results_partitions=len(watermarks(cfg, topics.results)))
     publish_app_schemas(cfg, topics, app)
     stream = build_processor_stream(spark, cfg, opts, topics, starting_offsets=starting_offsets,
                                     initial_state=initial_state)

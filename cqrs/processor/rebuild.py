@@ -42,6 +42,7 @@ from cqrs.processor.job import (
     publish_app_schemas,
     start_processor,
 )
+from cqrs.kafka_io import watermarks
 from cqrs.processor.state import checkpoint_has_commits, path_exists
 from cqrs.results import FAILED, AggregateRecord, SeenCommand
 from cqrs.topics import AppTopics, topics_for
@@ -93,32 +94,6 @@ def default_rebuild_checkpoint(cfg: CqrsConfig, app_name: str) -> str:
 
 
 # ---- Kafka metadata --------------------------------------------------------------------------
-
-
-def _watermarks(cfg: CqrsConfig, topic: str) -> dict[int, tuple[int, int]]:
-    """``partition -> (low, high)`` offsets of ``topic``."""
-    from confluent_kafka import KafkaException, TopicPartition
-
-    from cqrs.kafka_io import make_consumer
-
-    consumer = make_consumer(cfg)
-    try:
-        meta = consumer.list_topics(topic, timeout=30)
-        found = meta.topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
-            raise RebuildError(
-                f"topic {topic!r} does not exist on {cfg.kafka.bootstrap_servers}: check the app "
-                "name / topics, and that this is the cluster the processor wrote to"
-            )
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-                for p in sorted(found.partitions)}
-    except KafkaException as exc:
-        raise RebuildError(
-            f"cannot read the offsets of topic {topic!r} on {cfg.kafka.bootstrap_servers}: {exc}; "
-            "is Kafka reachable (`cqrs dev status`)?"
-        ) from exc
-    finally:
-        consumer.close()
 
 
 def starting_offsets_json(topic: str, partitions: list[int], answered: dict[int, int]) -> str:
@@ -321,9 +296,9 @@ def rebuild_state(
                 "new folder (--checkpoint NEW) and run the processor with it, or delete the old "
                 "one once nothing uses it"
             )
-    event_marks = _watermarks(cfg, topics.events)
-    result_marks = _watermarks(cfg, topics.results)
-    command_marks = _watermarks(cfg, topics.commands)
+    event_marks = watermarks(cfg, topics.events)
+    result_marks = watermarks(cfg, topics.results)
+    command_marks = watermarks(cfg, topics.commands)
     publish_app_schemas(cfg, topics, app)
     to_read = sum(h - lo for lo, h in event_marks.values())
     say(f"reading {to_read} events from {topics.events!r} ({len(event_marks)} partitions) and "

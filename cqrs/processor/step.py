@@ -53,12 +53,14 @@ class InputRecord:
 
 @attrs.frozen
 class OutputRecord:
-    """A record to write: the Kafka sink's topic, key, value and headers columns."""
+    """A record to write: the Kafka sink's topic, key, value, headers and partition columns
+    (``partition`` None: the producer's partitioner picks it from the key)."""
 
     topic: str
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes]]
+    partition: int | None = None
 
 
 @attrs.frozen
@@ -83,11 +85,14 @@ def _ms(ts: _dt.datetime) -> int:
 class AggregateStep:
     """Applies one aggregate's commands of a micro-batch (see the module doc)."""
 
-    def __init__(self, app: App, codec: Codec, topics: AppTopics, dedup: DedupPolicy = DedupPolicy()):
+    def __init__(self, app: App, codec: Codec, topics: AppTopics, dedup: DedupPolicy = DedupPolicy(),
+                 results_partitions: int | None = None):
         self.app = app
         self.codec = codec
         self.topics = topics
         self.dedup = dedup
+        # partitions of the results topic: a command's reply partition is honoured below it
+        self.results_partitions = results_partitions
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -129,7 +134,7 @@ class AggregateStep:
         current = state if state is not None else AggregateRecord()
         seen = set(current.seen_command_ids())
         pending: list[_Pending] = []
-        duplicates: list[tuple[InputRecord, str]] = []
+        duplicates: list[tuple[Envelope, str]] = []
         batch_ids: set[str] = set()
         for rec in ordered:
             try:
@@ -143,7 +148,7 @@ class AggregateStep:
                                              f"command id {cid!r} contains a NUL character"))
                 continue
             if cid in seen or cid in batch_ids:
-                duplicates.append((rec, cid))
+                duplicates.append((env, cid))
                 continue
             try:
                 command = self.codec.decode(payload)
@@ -181,7 +186,7 @@ class AggregateStep:
                     out.append(self._dead_letter(p.record, "handler", outcome.error_type,
                                                  outcome.message))
                 result_bytes = self.codec.encode(result)
-                out.append(self._result_record(result, result_bytes))
+                out.append(self._result_record(result, result_bytes, p.envelope))
                 new_seen.append(SeenCommand(result.command_id, _ms(result.timestamp), result_bytes))
             if decision.version != version:
                 version = decision.version
@@ -189,9 +194,9 @@ class AggregateStep:
                 snapshot = None if decision.state is None else self.codec.encode(decision.state)
 
         by_id = {s.command_id: s for s in [*(current.seen if duplicates else ()), *new_seen]}
-        for rec, cid in duplicates:
+        for dup_env, cid in duplicates:
             first = by_id[cid]
-            out.append(self._result_record(self.codec.decode(first.result), first.result))
+            out.append(self._result_record(self.codec.decode(first.result), first.result, dup_env))
 
         if not new_seen and version == current.version:
             return None, out  # nothing to store
@@ -221,7 +226,15 @@ class AggregateStep:
         return CommandResult(status=FAILED, version=outcome.current_version,
                              error_type=outcome.error_type, message=outcome.message, **common)
 
-    def _result_record(self, result: CommandResult, value: bytes) -> OutputRecord:
+    def _reply_partition(self, envelope: Envelope | None) -> int | None:
+        """The partition the sender of ``envelope`` listens on, if it asked for a valid one."""
+        wanted = None if envelope is None else envelope.reply_partition
+        if wanted is None or self.results_partitions is None or not 0 <= wanted < self.results_partitions:
+            return None
+        return wanted
+
+    def _result_record(self, result: CommandResult, value: bytes,
+                       envelope: Envelope | None = None) -> OutputRecord:
         headers = [
             ("content-type", CONTENT_TYPE.encode()),
             ("cqrs.command_id", result.command_id.encode()),
@@ -229,7 +242,8 @@ class AggregateStep:
             ("cqrs.aggregate_id", result.aggregate_id.encode()),
             ("cqrs.status", result.status.encode()),
         ]
-        return OutputRecord(self.topics.results, result.command_id.encode(), value, headers)
+        return OutputRecord(self.topics.results, result.command_id.encode(), value, headers,
+                            self._reply_partition(envelope))
 
     def _unreadable(
         self, rec: InputRecord, stage: str, exc: Exception, env: Envelope | None = None
@@ -242,7 +256,7 @@ class AggregateStep:
                 timestamp=env.timestamp, source_partition=rec.partition, source_offset=rec.offset,
                 error_type=type(exc).__name__, message=str(exc),
             )
-            out.append(self._result_record(result, self.codec.encode(result)))
+            out.append(self._result_record(result, self.codec.encode(result), env))
         return out
 
     def _dead_letter(self, rec: InputRecord, stage: str, error_type: str, message: str) -> OutputRecord:

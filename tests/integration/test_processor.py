@@ -40,10 +40,11 @@ class Workload:
         self.sent: list[str] = []
 
     def send(self, aggregate_id: str, command: object, *, expected: int | None = None,
-             command_id: str | None = None) -> str:
+             command_id: str | None = None, reply: int | None = None) -> str:
         at = T0 + dt.timedelta(milliseconds=len(self.sent))
         cid, key, value, headers = encode_command(app, aggregate_id, command, expected_version=expected,
-                                                  command_id=command_id, timestamp=at)
+                                                  command_id=command_id, timestamp=at,
+                                                  reply_partition=reply)
         self.producer.produce(self.topics.commands, key=key, value=value, headers=headers)
         self.sent.append(cid)
         return cid
@@ -85,9 +86,11 @@ def test_accepted_and_rejected_results_with_reasons_and_versions(workload: Workl
     deposited = workload.send("acc-1", Deposit(100), expected=1)
     too_much = workload.send("acc-1", Withdraw(500))
     stale = workload.send("acc-1", Deposit(5), expected=1)
-    fresh = workload.send("acc-2", OpenAccount("bob"), expected=0)
-    not_new = workload.send("acc-1", OpenAccount("eve"), expected=0)
+    fresh = workload.send("acc-2", OpenAccount("bob"), expected=0, reply=3)
+    not_new = workload.send("acc-1", OpenAccount("eve"), expected=0, reply=2)
     workload.process(spark)
+    where = {r.key.decode(): r.partition for r in read_to_end(workload.cfg, [workload.topics.results])}
+    assert (where[fresh], where[not_new]) == (3, 2)  # the reply partitions the senders asked for
 
     results = workload.results()
     assert (results[opened].status, results[opened].version) == ("accepted", 1)

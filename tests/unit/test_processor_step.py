@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 
 from cqrs.client import encode_command
+from cqrs.errors import MalformedHeaderError
 from cqrs.processor import AggregateStep, DedupPolicy, InputRecord, OutputRecord
 from cqrs.results import AggregateRecord, CommandResult
 from cqrs.testing.example import (
@@ -20,9 +21,11 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def _record(command: object, offset: int, *, aggregate_id: str = "acc-1", expected: int | None = None,
-            command_id: str | None = None, at: dt.datetime = T0, partition: int = 0) -> InputRecord:
+            command_id: str | None = None, at: dt.datetime = T0, partition: int = 0,
+            reply: int | None = None) -> InputRecord:
     _, key, value, headers = encode_command(APP, aggregate_id, command, expected_version=expected,
-                                            command_id=command_id or f"c{offset}", timestamp=at)
+                                            command_id=command_id or f"c{offset}", timestamp=at,
+                                            reply_partition=reply)
     return InputRecord(key, value, headers, partition, offset, TOPICS.commands)
 
 
@@ -36,6 +39,28 @@ def _results(out: list[OutputRecord]) -> list[CommandResult]:
 
 def _events(out: list[OutputRecord]) -> list[object]:
     return [APP.codec.decode(r.value) for r in out if r.topic == TOPICS.events]
+
+
+def test_results_go_to_the_reply_partition_the_sender_asked_for() -> None:
+    step = AggregateStep(APP, APP.codec, TOPICS, results_partitions=4)
+    state, out = step.run("example.bank.Account", "acc-1", None, [
+        _record(OpenAccount("ann"), 1, command_id="a", reply=3),
+        _record(Deposit(5), 2, command_id="b"),  # no reply partition: key partitioning
+        _record(Deposit(6), 3, command_id="c", reply=4),  # out of range: key partitioning
+    ])
+    assert [(r.key, r.partition) for r in out if r.topic == TOPICS.results] == [
+        (b"a", 3), (b"b", None), (b"c", None)]
+    assert {r.partition for r in out if r.topic != TOPICS.results} == {None}
+    # a retry from another client gets the first result on its own partition
+    _, again = step.run("example.bank.Account", "acc-1", state,
+                        [_record(OpenAccount("ann"), 4, command_id="a", reply=1)])
+    first = next(r for r in out if r.key == b"a")
+    assert [(r.value, r.partition) for r in again] == [(first.value, 1)]
+
+
+def test_a_negative_reply_partition_is_refused_at_the_client() -> None:
+    with pytest.raises(MalformedHeaderError, match="reply partition -1"):
+        _record(Deposit(5), 1, reply=-1)
 
 
 def test_commands_are_applied_in_offset_order_whatever_order_they_arrive_in() -> None:
