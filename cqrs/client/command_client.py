@@ -37,7 +37,7 @@ from cqrs.client.replies import (
 )
 from cqrs.config import CqrsConfig, load_config
 from cqrs.errors import CqrsError
-from cqrs.kafka_io import make_producer
+from cqrs.kafka_io import make_producer, watermarks
 from cqrs.results import CommandResult
 from cqrs.topics import AppTopics, ensure_topics, topics_for
 
@@ -107,15 +107,14 @@ class CommandClient:
         self._codec = app.codec_for(self._store)
         self._codec.publish_schemas()  # the processor finds every schema this client writes
         self._producer = make_producer(cfg, **{"client.id": self.client_id})
-        partitions = self._results_partitions()
+        ends = {p: high for p, (_, high) in watermarks(cfg, self.topics.results).items()}
         if cfg.client.reply_routing:
             self.reply_partition: int | None = choose_reply_partition(
-                self.client_id, len(partitions), cfg.client.reply_partition)
-            listen = [self.reply_partition]
+                self.client_id, len(ends), cfg.client.reply_partition)
+            ends = {self.reply_partition: ends[self.reply_partition]}
         else:
             self.reply_partition = None
-            listen = partitions
-        self._listener = ReplyListener(cfg, self.topics.results, listen, self._decode_result,
+        self._listener = ReplyListener(cfg, self.topics.results, ends, self._decode_result,
                                        name=f"cqrs-replies-{self.client_id}")
         self._closed = threading.Event()
         self._poller = threading.Thread(target=self._poll, name=f"cqrs-producer-{self.client_id}",
@@ -178,14 +177,6 @@ class CommandClient:
             raise
 
     # ---- plumbing -------------------------------------------------------------------------
-
-    def _results_partitions(self) -> list[int]:
-        meta = self._producer.list_topics(self.topics.results, timeout=30)
-        topic = meta.topics.get(self.topics.results)
-        if topic is None or topic.error is not None or not topic.partitions:
-            raise CqrsError(f"results topic {self.topics.results!r} is not available: "
-                            f"{getattr(topic, 'error', 'missing')}")
-        return sorted(topic.partitions)
 
     def _decode_result(self, value: bytes) -> CommandResult:
         result = self._codec.decode(value)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
@@ -82,12 +82,14 @@ class ListenerStats:
 class ReplyListener:
     """A thread reading results from some partitions of the results topic for pending futures."""
 
-    def __init__(self, cfg: CqrsConfig, topic: str, partitions: list[int],
+    def __init__(self, cfg: CqrsConfig, topic: str, start_offsets: Mapping[int, int],
                  decode: Callable[[bytes], Any], name: str = "cqrs-replies") -> None:
+        """Read ``topic`` from ``start_offsets`` (partition -> offset): the end offsets taken
+        before anything is sent, so that no result can be missed."""
         from confluent_kafka import TopicPartition
 
         self.topic = topic
-        self.partitions = tuple(partitions)
+        self.partitions = tuple(sorted(start_offsets))
         self._decode = decode
         self._pending: dict[bytes, list[ResultFuture]] = {}
         self._lock = threading.Lock()
@@ -96,11 +98,7 @@ class ReplyListener:
         self._matched = 0
         self._cpu = 0.0
         self._consumer = make_consumer(cfg, group_id=f"{name}-unused", **{"fetch.wait.max.ms": 100})
-        start = []
-        for p in partitions:  # the end offsets BEFORE anything is sent: no result can be missed
-            _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            start.append(TopicPartition(topic, p, high))
-        self._consumer.assign(start)
+        self._consumer.assign([TopicPartition(topic, p, off) for p, off in start_offsets.items()])
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
