@@ -64,8 +64,36 @@ def make_consumer(cfg: CqrsConfig, group_id: str | None = None, **extra: Any) ->
     })
 
 
-def watermarks(cfg: CqrsConfig, topic: str) -> dict[int, tuple[int, int]]:
-    """``partition -> (low, high)`` offsets of ``topic`` (high: the offset the next record gets)."""
+def watermarks(cfg: CqrsConfig, topic: str, retry_s: float = 30.0) -> dict[int, tuple[int, int]]:
+    """``partition -> (low, high)`` offsets of ``topic`` (high: the offset the next record gets).
+
+    Retriable errors are retried for ``retry_s`` seconds with a fresh consumer each time: a topic
+    created a moment ago answers NOT_LEADER_FOR_PARTITION until its leaders are known.
+    """
+    import time
+
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            return _watermarks(cfg, topic)
+        except KafkaUnavailableError as exc:
+            if not _transient(exc.__cause__) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _transient(exc: BaseException | None) -> bool:
+    from confluent_kafka import KafkaError
+
+    err = exc.args[0] if exc is not None and exc.args else None
+    if not isinstance(err, KafkaError):
+        return False
+    return err.retriable() or err.code() in (
+        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART)
+
+
+def _watermarks(cfg: CqrsConfig, topic: str) -> dict[int, tuple[int, int]]:
     from confluent_kafka import KafkaException, TopicPartition
 
     consumer = make_consumer(cfg)
