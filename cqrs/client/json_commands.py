@@ -144,12 +144,11 @@ def _record(cls: type, data: Any, path: str) -> dict[str, Any]:
         raise CommandDataError(f"{where} must be a JSON object, got {json.dumps(data)}", field=path or None)
     fields = fields_of(cls)
     names = {f.name for f in fields}
-    unknown = sorted(set(data) - names)
+    unknown = [f"{path}.{k}" if path else k for k in sorted(set(data) - names)]
     if unknown:
-        first = f"{path}.{unknown[0]}" if path else unknown[0]
         raise CommandDataError(
             f"unknown field(s) {unknown} in {where}; its fields are {sorted(names) or '(none)'}",
-            field=first,
+            field=unknown[0],
         )
     out: dict[str, Any] = {}
     for f in fields:
@@ -179,13 +178,13 @@ def _value(node: Node, value: Any, path: str) -> Any:  # noqa: C901 - one branch
     }.get(kind, isinstance(value, str))  # bytes, datetime, date, uuid, enum: text in JSON
     if not ok:
         raise _bad(path, value, node)
+    if kind == t.LIST:
+        return [_value(node.inner, v, f"{path}[{i}]") for i, v in enumerate(value)]  # type: ignore[arg-type]
+    if kind == t.MAP:
+        return {k: _value(node.inner, v, f"{path}.{k}") for k, v in value.items()}  # type: ignore[arg-type]
+    if kind == t.RECORD:
+        return _record(node.cls, value, path)
     try:
-        if kind == t.LIST:
-            return [_value(node.inner, v, f"{path}[{i}]") for i, v in enumerate(value)]  # type: ignore[arg-type]
-        if kind == t.MAP:
-            return {k: _value(node.inner, v, f"{path}.{k}") for k, v in value.items()}  # type: ignore[arg-type]
-        if kind == t.RECORD:
-            return _record(node.cls, value, path)
         if kind == t.BYTES:
             return base64.b64decode(value, validate=True)
         if kind == t.DATETIME:

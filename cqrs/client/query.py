@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from cqrs.app import App
 from cqrs.config import CqrsConfig
+from cqrs.errors import CqrsError
+from cqrs.processor.state import StateReadError
 from cqrs.topics import AppTopics
 
 if TYPE_CHECKING:
@@ -42,6 +44,9 @@ class StateReader:
                 from cqrs.spark_session import spark_session
 
                 self._spark = spark_session(self.cfg, f"cqrs-query-{self.app.name}")
+            # RocksDB state loads call the StateStoreCoordinator, which a session creates with
+            # its StreamingQueryManager: without this a fresh session cannot read the state
+            self._spark.streams  # noqa: B018
             return self._spark
 
     def get(self, aggregate_id: str, aggregate_type: str | None = None) -> AggregateState | None:
@@ -49,8 +54,16 @@ class StateReader:
         from cqrs.processor.state import read_state
 
         spark = self._session()
-        return read_state(spark, self.cfg, self.app, self.checkpoint, aggregate_id,
-                          aggregate_type, topics=self.topics)
+        try:
+            return read_state(spark, self.cfg, self.app, self.checkpoint, aggregate_id,
+                              aggregate_type, topics=self.topics)
+        except CqrsError:
+            raise
+        except Exception as exc:  # Py4JJavaError & co: one line, not a Java stack trace
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StateReadError(
+                f"cannot read the state of {aggregate_id!r} from {self.checkpoint!r}: {first}"
+            ) from exc
 
     def close(self) -> None:
         """Stop the Spark session if this reader started it."""

@@ -68,4 +68,6 @@ def install_error_handlers(api: Any) -> None:
     @api.exception_handler(Exception)
     async def _bug(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error in the cqrs HTTP service")
-        return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=500)
+        lines = str(exc).strip().splitlines()  # the first line: no (Java) stack trace
+        return JSONResponse({"error": type(exc).__name__, "message": lines[0] if lines else ""},
+                            status_code=500)
