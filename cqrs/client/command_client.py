@@ -104,10 +104,14 @@ class CommandClient:
         ensure_topics(cfg, self.topics)
         self._store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, self.topics.schemas,
                                        cfg.kafka.client_options())
-        self._codec = app.codec_for(self._store)
-        self._codec.publish_schemas()  # the processor finds every schema this client writes
+        try:
+            self._codec = app.codec_for(self._store)
+            self._codec.publish_schemas()  # the processor finds every schema this client writes
+            ends = {p: high for p, (_, high) in watermarks(cfg, self.topics.results).items()}
+        except BaseException:
+            self._store.close()
+            raise
         self._producer = make_producer(cfg, **{"client.id": self.client_id})
-        ends = {p: high for p, (_, high) in watermarks(cfg, self.topics.results).items()}
         if cfg.client.reply_routing:
             self.reply_partition: int | None = choose_reply_partition(
                 self.client_id, len(ends), cfg.client.reply_partition)

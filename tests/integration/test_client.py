@@ -252,6 +252,12 @@ def test_http_round_trip_and_state(server: str) -> None:
         r = http.get(r.json()["result_url"], params={"timeout": WAIT})
         assert (r.status_code, r.json()["version"]) == (200, 2)
 
+        r = http.post("/commands/Deposit", params={"timeout": 0.001},  # gives up at once
+                      json={"aggregate_id": acc, "data": {"amount": 0}, "command_id": f"z-{acc}"})
+        assert r.status_code == 504 and r.json()["command_id"] == f"z-{acc}"
+        r = http.get(r.json()["result_url"], params={"timeout": WAIT})  # the answer still comes
+        assert (r.status_code, r.json()["code"], r.json()["version"]) == (200, "invalid_amount", 2)
+
         r = http.post("/commands/Withdraw", params={"timeout": WAIT},
                       json={"aggregate_id": acc, "data": {"amount": 1000}})
         assert r.status_code == 200 and r.json()["code"] == "insufficient_funds"

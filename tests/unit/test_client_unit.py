@@ -218,6 +218,17 @@ def test_result_future_timeout_carries_the_command_id() -> None:
         future.result()
 
 
+def test_recent_commands_forget_the_oldest() -> None:
+    from cqrs.http import RecentCommands
+
+    recent = RecentCommands(capacity=2)
+    futures = [ResultFuture(f"c{i}", "a") for i in range(3)]
+    for f in futures:
+        recent.add(f)
+    assert recent.get("c0") is None and futures[0].cancelled()  # the client forgets it too
+    assert recent.get("c2") is futures[2] and not futures[2].done()
+
+
 # ---- CLI --------------------------------------------------------------------------------------
 
 
@@ -233,6 +244,11 @@ def test_cli_send_reports_bad_data_without_kafka(capsys: pytest.CaptureFixture[s
     assert "aggregate id" in capsys.readouterr().err
     assert main(["send", APP_REF, "Deposit", "a", "--data", "@/no/such/file.json"]) == 2
     assert "cannot read --data file" in capsys.readouterr().err
+
+
+def test_cli_serve_refuses_unknown_route_modules(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", APP_REF, "--routes", "no_such_module_x:routes"]) == 2
+    assert "cannot import module 'no_such_module_x'" in capsys.readouterr().err
 
 
 # ---- HTTP (no Kafka needed: bad requests are refused before the client starts) -----------------
