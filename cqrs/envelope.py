@@ -133,7 +133,9 @@ def to_kafka(envelope: Envelope, payload: bytes) -> tuple[bytes, bytes, Headers]
 def _header_map(headers: Iterable[Any] | None) -> dict[str, bytes | None]:
     found: dict[str, bytes | None] = {}
     for item in headers or ():
-        if isinstance(item, Sequence) and len(item) == 2:
+        if type(item) is tuple and len(item) == 2:  # the common case, without an ABC check
+            k, v = item
+        elif isinstance(item, Sequence) and len(item) == 2:
             k, v = item
         else:  # a Spark Row / struct with .key / .value
             k, v = item["key"], item["value"]

@@ -249,3 +249,29 @@ def test_sigkill_and_restart_keeps_every_invariant(
     for acc in accounts:
         top = max((r.version for r in results if r.aggregate_id == acc and r.status == "accepted"), default=0)
         assert sorted(set(versions[acc])) == list(range(1, top + 1)), acc
+
+
+def test_dead_letters_are_listed_and_a_retry_runs_once(workload: Workload, spark: Any) -> None:
+    from cqrs.deadletters import list_dead_letters, retry_dead_letters, retry_id
+
+    workload.send("acc-x", OpenAccount("ann"))
+    boom = workload.send("acc-x", Explode("first"), command_id="boom-1")
+    workload.process(spark)
+    (dead,) = list_dead_letters(workload.cfg, workload.topics)
+    assert (dead.stage, dead.error_type, dead.command_id) == ("handler", "RuntimeError", boom)
+    assert (dead.aggregate_id, dead.message_type) == ("acc-x", "example.bank.Explode")
+    assert dead.source_topic == workload.topics.commands and dead.source_offset >= 0
+
+    sent = retry_dead_letters(workload.cfg, workload.topics, [dead], [dead.position])
+    again = retry_dead_letters(workload.cfg, workload.topics, [dead], [dead.position])  # twice
+    assert sent == again == [retry_id(dead)]
+    workload.process(spark)
+
+    results = [app.codec.decode(r.value) for r in read_to_end(workload.cfg, [workload.topics.results])]
+    retried = [r for r in results if r.command_id == sent[0]]
+    assert [r.status for r in retried] == ["failed", "failed"]  # the handler still crashes ...
+    assert retried[0] == retried[1]  # ... and the second retry is answered, not run again
+    letters = list_dead_letters(workload.cfg, workload.topics)
+    assert len(letters) == 2
+    assert letters[1].command_id == sent[0]
+    assert letters[1].header("cqrs.causation_id") == boom

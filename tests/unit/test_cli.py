@@ -41,3 +41,22 @@ def test_config_show_hides_passwords(capsys: pytest.CaptureFixture[str], tmp_pat
     assert main(["--config", str(file), "config", "show"]) == 0
     out = capsys.readouterr().out
     assert "s3cret" not in out and '"password": "***"' in out
+
+
+def test_dlq_retry_needs_positions_or_all(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dlq", "retry", "cqrs.testing.example_app:app"]) == 2
+    assert "PARTITION:OFFSET" in capsys.readouterr().err
+
+
+def test_tables_align_columns_and_cut_long_cells() -> None:
+    from cqrs.cli.tables import render_table
+
+    text = render_table(["name", "n"], [("a", 1), ("b" * 10, 22)], max_width=5, right=["n"])
+    assert text.splitlines() == ["name    n", "-----  --", "a       1", "bbbb…  22"]
+
+
+def test_cli_reference_is_current() -> None:
+    from cqrs.cli.reference import cli_reference
+
+    current = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert current == cli_reference(), "regenerate: python -m cqrs.cli.reference > docs/cli.md"
