@@ -108,16 +108,15 @@ class CommandClient:
             self._codec = app.codec_for(self._store)
             self._codec.publish_schemas()  # the processor finds every schema this client writes
             ends = {p: high for p, (_, high) in watermarks(cfg, self.topics.results).items()}
+            self.reply_partition: int | None = None
+            if cfg.client.reply_routing:
+                self.reply_partition = choose_reply_partition(
+                    self.client_id, len(ends), cfg.client.reply_partition)
+                ends = {self.reply_partition: ends[self.reply_partition]}
         except BaseException:
             self._store.close()
             raise
         self._producer = make_producer(cfg, **{"client.id": self.client_id})
-        if cfg.client.reply_routing:
-            self.reply_partition: int | None = choose_reply_partition(
-                self.client_id, len(ends), cfg.client.reply_partition)
-            ends = {self.reply_partition: ends[self.reply_partition]}
-        else:
-            self.reply_partition = None
         self._listener = ReplyListener(cfg, self.topics.results, ends, self._decode_result,
                                        name=f"cqrs-replies-{self.client_id}")
         self._closed = threading.Event()
