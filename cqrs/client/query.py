@@ -44,9 +44,6 @@ class StateReader:
                 from cqrs.spark_session import spark_session
 
                 self._spark = spark_session(self.cfg, f"cqrs-query-{self.app.name}")
-            # RocksDB state loads call the StateStoreCoordinator, which a session creates with
-            # its StreamingQueryManager: without this a fresh session cannot read the state
-            self._spark.streams  # noqa: B018
             return self._spark
 
     def get(self, aggregate_id: str, aggregate_type: str | None = None) -> AggregateState | None:

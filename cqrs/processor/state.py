@@ -121,6 +121,9 @@ def read_all_states(spark: SparkSession, checkpoint: str, *, batch_id: int | Non
     ``batch_id`` reads the state as of that committed micro-batch (default: the last one).
     """
     _require_checkpoint(spark, checkpoint)
+    # RocksDB state loads call the StateStoreCoordinator, which a session creates with its
+    # StreamingQueryManager: a fresh session that never ran a query cannot read without this
+    spark.streams  # noqa: B018
     reader = (spark.read.format("statestore").option("path", checkpoint)
               .option("stateVarName", STATE_NAME))
     if batch_id is not None:
