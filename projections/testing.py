@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import tempfile
+import uuid
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from cqrs.app import App
+from cqrs.domain.messages import type_name
 from cqrs.testing.example import (
     Account,
     AccountClosed,
@@ -21,7 +25,9 @@ from cqrs.testing.example import (
 )
 from projections.model import DELETE, CategoryProjection, Delete, EventMeta, Projection
 
-__all__ = ["POISON_FILE", "AccountsByOwner", "Balances", "app", "make_bank_app"]
+__all__ = ["POISON_FILE", "AccountsByOwner", "Balances", "app", "make_bank_app", "produce_events"]
+
+_NS = uuid.UUID("6f1c2b1e-8a47-4f44-9d1e-3c5b8f0a7e21")
 
 POISON_FILE = Path(tempfile.gettempdir()) / "cqrs-projections-poison-amounts"
 """Deposits of an amount listed in this file (one per line) make :class:`Balances` fail: lets
@@ -90,3 +96,38 @@ def make_bank_app(name: str = "example-bank") -> App:
 
 
 app = make_bank_app()
+
+
+def produce_events(cfg: Any, topic: str, app: App, events: Iterable[tuple[str, object]], *,
+                   versions: dict[str, int], start: _dt.datetime | None = None,
+                   producer: Any = None) -> int:
+    """Write events straight to the events topic with the real envelope and codec (versions
+    counted per aggregate, continuing from ``versions``); returns how many. Publish the app's
+    schemas first (``cqrs.processor.job.publish_app_schemas``) so readers can decode them."""
+    from cqrs.envelope import Envelope, to_kafka
+    from cqrs.kafka_io import make_producer
+
+    own = producer is None
+    producer = producer or make_producer(cfg, **{"linger.ms": 50, "batch.num.messages": 10000})
+    t0 = start or _dt.datetime(2026, 6, 1, tzinfo=_dt.timezone.utc)
+    aggregate_type = type_name(Account)
+    encode = app.codec.encode
+    n = 0
+    for i, (aggregate_id, event) in enumerate(events):
+        version = versions.get(aggregate_id, 0) + 1
+        versions[aggregate_id] = version
+        env = Envelope(message_id=str(uuid.uuid5(_NS, f"{aggregate_id}/{version}")),
+                       message_type=type_name(event), kind="event", aggregate_type=aggregate_type,
+                       aggregate_id=aggregate_id, timestamp=t0 + _dt.timedelta(milliseconds=i),
+                       version=version)
+        key, value, headers = to_kafka(env, encode(event))
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        n += 1
+    if own and producer.flush(60) != 0:
+        raise RuntimeError(f"events not delivered to {topic!r} within 60 s")
+    return n

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from cqrs.cli import config_cmd, dev_cmd, run_cmd, state_cmd
+from cqrs.cli import config_cmd, dev_cmd, projections_cmd, run_cmd, state_cmd
 from cqrs.config import load_config
 from cqrs.errors import CqrsError
 
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     config_cmd.register(commands)
     run_cmd.register(commands)
     state_cmd.register(commands)
+    projections_cmd.register(commands)
     return parser
 
 
