@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from cqrs.config import CqrsConfig
+from cqrs.errors import SchemaStoreError
 from cqrs.kafka_io import read_to_end
 from cqrs.processor.job import publish_app_schemas
 from cqrs.testing.example import AccountClosed, AccountOpened, Deposited, Withdrawn
@@ -45,7 +46,14 @@ class Log:
                                            projections={"drop_grace_s": 1.0})
         self.topics: AppTopics = topics_for(app.name, prefix)
         ensure_topics(self.cfg, self.topics)
-        publish_app_schemas(self.cfg, self.topics, app)
+        for attempt in range(5):  # a topic created a moment ago may not have its leader yet
+            try:
+                publish_app_schemas(self.cfg, self.topics, app)
+                break
+            except SchemaStoreError:
+                if attempt == 4:
+                    raise
+                time.sleep(2)
         self.versions: dict[str, int] = {}
         self.balances: dict[str, int] = {}
         self.rng = random.Random(prefix)
