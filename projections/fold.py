@@ -114,6 +114,7 @@ def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView
     row_exists = stored is not None and stored.version > 0
     keys = _category_keys(projection, values)
     last = base
+    changed_at = 0  # the version of the last event a handler applied (batching-independent)
     changed = False
     for i, rec in enumerate(todo):
         if last > 0 and rec.version != last + 1:
@@ -145,7 +146,7 @@ def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView
         else:
             values, deleted = work, False
             keys = _category_keys(projection, values)
-        last = rec.version
+        last = changed_at = rec.version
         changed = True
         out.applied += 1
     else:
@@ -153,5 +154,7 @@ def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView
             mode = "unpark" if unpark else "normal"
             out.view = ViewWrite(aggregate_id, values, last, deleted, mode)
     if changed and keys[0] is not None:
-        out.category = CategoryWrite(keys[0], keys[1], aggregate_id, values, last, deleted)
+        # stamped with the last applied event, not the last event seen: an unhandled event
+        # after it must not make the row differ between batchings of the same log
+        out.category = CategoryWrite(keys[0], keys[1], aggregate_id, values, changed_at, deleted)
     return out

@@ -49,7 +49,7 @@ def snapshot(store: ProjectionStore) -> dict[str, Any]:
         base = table_base(app.name, name)
         out[name] = list(store.scan_views(p, base, 1))
     cat = AccountsByOwner()
-    out["groups"] = [(g, r.aggregate_id, r.values, r.deleted)
+    out["groups"] = [(g, r.aggregate_id, r.values, r.version, r.deleted)
                      for g, r in store.scan_category(cat, table_base(app.name, cat.name), 1)]
     return out
 

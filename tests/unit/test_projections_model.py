@@ -139,3 +139,11 @@ def test_core_never_imports_projections() -> None:
 def test_event_meta_parses_the_timestamp_lazily() -> None:
     meta = EventMeta("a", "t", "m", 1, "2026-01-01T00:00:00+00:00")
     assert meta.timestamp == dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def test_category_rows_carry_the_version_of_the_last_applied_event() -> None:
+    from cqrs.testing.example import AccountClosed
+
+    recs = records_for(app, [("a", AccountOpened("ann")), ("a", Deposited(5)), ("a", AccountClosed(5))])
+    out = _fold(recs, projection=AccountsByOwner())  # AccountsByOwner ignores AccountClosed
+    assert (out.view.version, out.category.version) == (3, 2)
