@@ -31,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
 
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
-from cqrs.processor.job import publish_app_schemas  # noqa: E402
 from cqrs.spark_session import spark_session  # noqa: E402
 from cqrs.testing.example import AccountOpened, Deposited, Withdrawn  # noqa: E402
 from cqrs.topics import ensure_topics, topics_for  # noqa: E402
@@ -39,7 +38,7 @@ from projections.apply import BatchStats  # noqa: E402
 from projections.rebuild import rebuild_projection  # noqa: E402
 from projections.runner import run_projectors  # noqa: E402
 from projections.stores import cached_store  # noqa: E402
-from projections.testing import app, produce_events  # noqa: E402
+from projections.testing import app, produce_events, publish_schemas  # noqa: E402
 
 APP_REF = "projections.testing:app"
 
@@ -64,7 +63,7 @@ def fresh(base: CqrsConfig, tag: str) -> CqrsConfig:
 def write_log(cfg: CqrsConfig, events: int, accounts: int) -> float:
     topics = topics_for(app.name, cfg.kafka.topic_prefix)
     ensure_topics(cfg, topics)
-    publish_app_schemas(cfg, topics, app)
+    publish_schemas(cfg, topics, app)
     started = time.monotonic()
     produce_events(cfg, topics.events, app, history(accounts, events), versions={})
     seconds = time.monotonic() - started

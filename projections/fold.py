@@ -87,6 +87,28 @@ def _check_category(projection: Projection, before: tuple[Any, Any], values: dic
         )
 
 
+def _refold(projection: Projection, aggregate_id: str, start: tuple[Any, bool, Any],
+            records: Sequence[EventRecord], decode: Decode) -> tuple[Any, bool, Any]:
+    """The fold of ``records`` (all applied fine before) from ``start``: handlers are
+    deterministic, so this is the view as it was before the failing event."""
+    values, deleted, keys = start
+    work = dict(values) if values is not None else None
+    for rec in records:
+        handler = projection.handler_for(rec.message_type)
+        if handler is None:
+            continue
+        if work is None:
+            work = projection.new_view()
+        meta = EventMeta(aggregate_id, rec.aggregate_type, rec.message_type, rec.version,
+                         rec.timestamp, rec.partition, rec.offset)
+        if handler(work, decode(rec.value), meta) is DELETE:
+            values, deleted, work = None, True, None
+        else:
+            values, deleted = work, False
+            keys = _category_keys(projection, values)
+    return values, deleted, keys
+
+
 def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView | None,
                    records: Iterable[EventRecord], decode: Decode, *,
                    unpark: bool = False) -> AggregateFold:
@@ -113,6 +135,8 @@ def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView
     deleted = stored.deleted if stored is not None else False
     row_exists = stored is not None and stored.version > 0
     keys = _category_keys(projection, values)
+    start = (values, deleted, keys)  # to re-fold from when a handler fails half-way
+    work = dict(values) if values is not None else None  # one copy per aggregate, not per event
     last = base
     changed_at = 0  # the version of the last event a handler applied (batching-independent)
     changed = False
@@ -127,7 +151,8 @@ def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView
         if handler is None:
             last = rec.version
             continue
-        work = dict(values) if values is not None else projection.new_view()
+        if work is None:
+            work = projection.new_view()
         meta = EventMeta(aggregate_id, rec.aggregate_type, rec.message_type, rec.version,
                          rec.timestamp, rec.partition, rec.offset)
         try:
@@ -136,13 +161,15 @@ def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView
                 _check_category(projection, keys, work)
         except Exception as exc:  # the handler's bug, parked with its message
             error = f"{type(exc).__name__}: {exc}"
+            # ``work`` may be half-changed: the view to keep is the fold of the events before
+            values, deleted, keys = _refold(projection, aggregate_id, start, todo[:i], decode)
             out.dead = [DeadLetter(rec, "handler", error, rec.version)]
             out.dead += [DeadLetter(r, "parked", f"aggregate parked at version {rec.version}",
                                     rec.version) for r in todo[i + 1:]]
             out.view = ViewWrite(aggregate_id, values, last, deleted, "park", rec.version)
             break
         if result is DELETE:
-            values, deleted = None, True
+            values, deleted, work = None, True, None
         else:
             values, deleted = work, False
             keys = _category_keys(projection, values)

@@ -25,7 +25,8 @@ from cqrs.testing.example import (
 )
 from projections.model import DELETE, CategoryProjection, Delete, EventMeta, Projection
 
-__all__ = ["POISON_FILE", "AccountsByOwner", "Balances", "app", "make_bank_app", "produce_events"]
+__all__ = ["POISON_FILE", "AccountsByOwner", "Balances", "app", "make_bank_app", "produce_events",
+           "publish_schemas"]
 
 _NS = uuid.UUID("6f1c2b1e-8a47-4f44-9d1e-3c5b8f0a7e21")
 
@@ -34,11 +35,22 @@ POISON_FILE = Path(tempfile.gettempdir()) / "cqrs-projections-poison-amounts"
 tests poison a handler and fix it again across processes."""
 
 
+_poison_cache: list[Any] = [None, frozenset()]  # (file signature, amounts)
+
+
 def _poisoned(amount: int) -> bool:
+    """Whether the amount is listed in POISON_FILE (re-read only when the file changes)."""
+    import os
+
     try:
-        return str(amount) in POISON_FILE.read_text().split()
+        st = os.stat(POISON_FILE)
+        signature: Any = (st.st_mtime_ns, st.st_size, st.st_ino)
     except FileNotFoundError:
-        return False
+        signature = None
+    if signature != _poison_cache[0]:
+        amounts = frozenset(POISON_FILE.read_text().split()) if signature else frozenset()
+        _poison_cache[:] = [signature, amounts]
+    return str(amount) in _poison_cache[1]
 
 
 class Balances(Projection):
@@ -131,3 +143,21 @@ def produce_events(cfg: Any, topic: str, app: App, events: Iterable[tuple[str, o
     if own and producer.flush(60) != 0:
         raise RuntimeError(f"events not delivered to {topic!r} within 60 s")
     return n
+
+
+def publish_schemas(cfg: Any, topics: Any, app: App, attempts: int = 5) -> None:
+    """``publish_app_schemas``, retried while a schemas topic created a moment ago has no
+    partition leader yet (a fresh topic per test or benchmark run)."""
+    import time
+
+    from cqrs.errors import SchemaStoreError
+    from cqrs.processor.job import publish_app_schemas
+
+    for attempt in range(attempts):
+        try:
+            publish_app_schemas(cfg, topics, app)
+            return
+        except SchemaStoreError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(2)

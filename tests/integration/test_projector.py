@@ -16,9 +16,7 @@ from typing import Any
 import pytest
 
 from cqrs.config import CqrsConfig
-from cqrs.errors import SchemaStoreError
 from cqrs.kafka_io import read_to_end
-from cqrs.processor.job import publish_app_schemas
 from cqrs.testing.example import AccountClosed, AccountOpened, Deposited, Withdrawn
 from cqrs.topics import AppTopics, ensure_topics, topics_for
 from projections import ProjectionReader, SqliteStore
@@ -31,7 +29,7 @@ from projections.rebuild import rebuild_projection
 from projections.runner import run_projectors
 from projections.store import ProjectionStore, table_base
 from projections.stores import cached_store
-from projections.testing import POISON_FILE, app, produce_events
+from projections.testing import POISON_FILE, app, produce_events, publish_schemas
 
 APP_REF = "projections.testing:app"
 
@@ -46,14 +44,7 @@ class Log:
                                            projections={"drop_grace_s": 1.0})
         self.topics: AppTopics = topics_for(app.name, prefix)
         ensure_topics(self.cfg, self.topics)
-        for attempt in range(5):  # a topic created a moment ago may not have its leader yet
-            try:
-                publish_app_schemas(self.cfg, self.topics, app)
-                break
-            except SchemaStoreError:
-                if attempt == 4:
-                    raise
-                time.sleep(2)
+        publish_schemas(self.cfg, self.topics, app)
         self.versions: dict[str, int] = {}
         self.balances: dict[str, int] = {}
         self.rng = random.Random(prefix)
