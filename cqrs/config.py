@@ -27,6 +27,7 @@ __all__ = [
     "CqrsConfig",
     "DevSettings",
     "KafkaSettings",
+    "ProjectionSettings",
     "SparkSettings",
     "load_config",
     "settings_reference",
@@ -216,12 +217,46 @@ class ClientSettings:
 
 
 @attrs.frozen
+class ProjectionSettings:
+    store: str = setting(
+        "cassandra", "CQRS_PROJECTIONS_STORE",
+        "Read-model store: 'cassandra' (the [cassandra] section) or 'sqlite' (single machine).",
+    )
+    sqlite_path: str = setting(
+        "~/.cache/cqrs/projections.sqlite", "CQRS_PROJECTIONS_SQLITE_PATH",
+        "Database file of the SQLite store.",
+    )
+    read_consistency: str = setting(
+        "LOCAL_QUORUM", "CQRS_PROJECTIONS_READ_CONSISTENCY", "Cassandra consistency of reads.",
+    )
+    write_consistency: str = setting(
+        "LOCAL_QUORUM", "CQRS_PROJECTIONS_WRITE_CONSISTENCY", "Cassandra consistency of writes.",
+    )
+    concurrency: int = setting(
+        128, "CQRS_PROJECTIONS_CONCURRENCY", "Cassandra statements in flight per Spark task.",
+    )
+    max_events_per_trigger: int = setting(
+        200000, "CQRS_PROJECTIONS_MAX_EVENTS_PER_TRIGGER", "Cap on events per projector micro-batch.",
+    )
+    rebuild_chunk_events: int = setting(
+        500000, "CQRS_PROJECTIONS_REBUILD_CHUNK", "Events per batch job while a rebuild catches up.",
+    )
+    drop_old_generation: bool = setting(
+        True, "CQRS_PROJECTIONS_DROP_OLD", "Drop the previous generation's tables after a rebuild.",
+    )
+    drop_grace_s: float = setting(
+        5.0, "CQRS_PROJECTIONS_DROP_GRACE", "Seconds between the switch and dropping the old tables.",
+    )
+
+
+@attrs.frozen
 class CqrsConfig:
     kafka: KafkaSettings = attrs.field(factory=KafkaSettings)
     cassandra: CassandraSettings = attrs.field(factory=CassandraSettings)
     spark: SparkSettings = attrs.field(factory=SparkSettings)
     dev: DevSettings = attrs.field(factory=DevSettings)
     client: ClientSettings = attrs.field(factory=ClientSettings)
+    projections: ProjectionSettings = attrs.field(factory=ProjectionSettings)
 
     def with_overrides(self, **sections: Mapping[str, Any]) -> CqrsConfig:
         """A copy with some settings replaced: ``cfg.with_overrides(kafka={"bootstrap_servers": ...})``."""
@@ -241,6 +276,7 @@ _SECTIONS: dict[str, type] = {
     "spark": SparkSettings,
     "dev": DevSettings,
     "client": ClientSettings,
+    "projections": ProjectionSettings,
 }
 
 

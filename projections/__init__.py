@@ -1,0 +1,46 @@
+"""The read side: projections folded from the event log into Cassandra or SQLite, and queried.
+
+Declare projections with :class:`Projection` / :class:`CategoryProjection`, list them in
+``App(..., projections=[...])``, run them with ``cqrs run projector``, query them with
+:class:`ProjectionReader`. See docs/projections.md.
+"""
+
+from __future__ import annotations
+
+from projections.errors import (
+    CategoryKeyChangedError,
+    GenerationError,
+    PageTokenError,
+    ProjectionDefinitionError,
+    ProjectionError,
+    ProjectionStoreError,
+    UnknownProjectionError,
+    WaitTimeoutError,
+)
+from projections.local import LocalProjector, records_for
+from projections.model import DELETE, CategoryProjection, Delete, EventMeta, Projection
+from projections.query import Page, ProjectionReader
+from projections.sqlite_store import SqliteStore
+from projections.store import ProjectionStore
+
+__all__ = [
+    "DELETE",
+    "CategoryKeyChangedError",
+    "CategoryProjection",
+    "Delete",
+    "EventMeta",
+    "GenerationError",
+    "LocalProjector",
+    "Page",
+    "PageTokenError",
+    "Projection",
+    "ProjectionDefinitionError",
+    "ProjectionError",
+    "ProjectionReader",
+    "ProjectionStore",
+    "ProjectionStoreError",
+    "SqliteStore",
+    "UnknownProjectionError",
+    "WaitTimeoutError",
+    "records_for",
+]

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from cqrs.cli import config_cmd, dev_cmd, dlq_cmd, run_cmd, send_cmd, state_cmd
+from cqrs.cli import config_cmd, dev_cmd, dlq_cmd, projections_cmd, run_cmd, send_cmd, state_cmd
 from cqrs.config import load_config
 from cqrs.errors import CqrsError
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     state_cmd.register(commands)
     dlq_cmd.register(commands)
     send_cmd.register(commands)
+    projections_cmd.register(commands)
     return parser
 
 

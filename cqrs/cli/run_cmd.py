@@ -7,12 +7,20 @@ import time
 
 from cqrs.config import CqrsConfig
 
-__all__ = ["register"]
+__all__ = ["job_parsers", "register"]
+
+_JOBS = "cqrs_job_parsers"
+
+
+def job_parsers(commands: argparse._SubParsersAction) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+    """The ``cqrs run`` group, for other command modules to add their job (``run projector``)."""
+    return getattr(commands.choices["run"], _JOBS)  # type: ignore[no-any-return]
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run = commands.add_parser("run", help="run a streaming job of an app")
     sub = run.add_subparsers(dest="job", required=True, metavar="JOB")
+    setattr(run, _JOBS, sub)
     processor = sub.add_parser("processor", help="the command processor: commands -> events and results")
     processor.add_argument("app", help="the App, as module:attribute (e.g. domain_examples.bank:app)")
     processor.add_argument("--checkpoint", help="checkpoint folder (default: <checkpoint_dir>/<app>/processor)")

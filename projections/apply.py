@@ -1,0 +1,82 @@
+"""Apply a batch of events to one projection generation in a store: read, fold, write, trim.
+
+Called once per Spark partition by the projector and the rebuild, and directly (no Spark) by
+the dead-letter replay and the SQLite examples. Dead letters are handed to ``dead_letter``
+before the parking marks are written, so a crash in between only repeats them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+
+from projections.fold import Decode, fold_aggregate, needs_read
+from projections.model import CategoryProjection, Projection
+from projections.records import DeadLetter, EventRecord
+from projections.store import ProjectionStore
+
+__all__ = ["BatchStats", "Target", "apply_batch"]
+
+
+@attrs.frozen
+class Target:
+    """Where a projection writes: its store, table base and generation."""
+
+    projection: Projection
+    base: str
+    generation: int
+
+
+@attrs.define
+class BatchStats:
+    events: int = 0
+    applied: int = 0
+    aggregates: int = 0
+    dead_letters: int = 0
+    positions: dict[int, int] = attrs.Factory(dict)  # partition -> next offset
+
+    def add(self, other: BatchStats) -> None:
+        self.events += other.events
+        self.applied += other.applied
+        self.aggregates += other.aggregates
+        self.dead_letters += other.dead_letters
+        for p, o in other.positions.items():
+            self.positions[p] = max(o, self.positions.get(p, 0))
+
+
+def apply_batch(store: ProjectionStore, target: Target, records: Iterable[EventRecord],
+                decode: Decode, dead_letter: Callable[[Sequence[DeadLetter]], None], *,
+                unpark: bool = False) -> BatchStats:
+    """Fold ``records`` (any aggregates, arrival order) into the target's tables."""
+    projection, stats = target.projection, BatchStats()
+    wanted = projection.aggregate_type
+    groups: dict[str, list[EventRecord]] = {}
+    for rec in records:
+        stats.events += 1
+        if rec.partition >= 0:
+            stats.positions[rec.partition] = max(rec.offset + 1, stats.positions.get(rec.partition, 0))
+        if rec.aggregate_type == wanted:
+            groups.setdefault(rec.aggregate_id, []).append(rec)
+    if not groups:
+        return stats
+    to_read = [agg for agg, recs in groups.items() if unpark or needs_read(recs)]
+    stored = store.read_views(projection, target.base, target.generation, to_read) if to_read else {}
+    views, category, dead = [], [], []
+    for agg, recs in groups.items():
+        out = fold_aggregate(projection, agg, stored.get(agg), recs, decode, unpark=unpark)
+        stats.applied += out.applied
+        if out.view is not None:
+            views.append(out.view)
+        if out.category is not None:
+            category.append(out.category)
+        dead.extend(out.dead)
+    stats.aggregates = len(groups)
+    stats.dead_letters = len(dead)
+    if dead:
+        dead_letter(dead)
+    store.write(projection, target.base, target.generation, category, views)
+    if category and isinstance(projection, CategoryProjection):
+        store.trim(projection, target.base, target.generation, sorted({c.group for c in category}))
+    return stats
+

@@ -1,0 +1,277 @@
+"""The Cassandra read-model store: prepared statements, executed concurrently, every write
+``USING TIMESTAMP`` derived from the aggregate version (see :mod:`projections.records`), so a
+replayed write never overrides a newer one and changes nothing when it repeats one.
+
+Keyspace, replication, consistency levels, authentication and TLS come from the configuration;
+the keyspace and tables are created when missing.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from cqrs.config import CassandraSettings, ProjectionSettings
+from projections.errors import ProjectionStoreError
+from projections.model import CategoryProjection, Projection
+from projections.records import CategoryRow, CategoryWrite, Generations, StoredView, ViewWrite
+from projections.store import ProjectionStore, normalize_value, table_names
+
+__all__ = ["CassandraStore"]
+
+_CQL_TYPES = {str: "text", int: "bigint", float: "double", bool: "boolean",
+              _dt.datetime: "timestamp", bytes: "blob"}
+_META = ("cqrs_version", "cqrs_deleted")
+
+
+def _q(name: str) -> str:
+    return f'"{name}"'
+
+
+class CassandraStore(ProjectionStore):
+    """Projection tables in a Cassandra keyspace."""
+
+    def __init__(self, cassandra: CassandraSettings, settings: ProjectionSettings,
+                 keyspace: str | None = None) -> None:
+        from cassandra import ConsistencyLevel
+        from cassandra.auth import PlainTextAuthProvider
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+        from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+        self.keyspace = keyspace or cassandra.keyspace
+        self.concurrency = settings.concurrency
+        try:
+            read_cl = ConsistencyLevel.name_to_value[settings.read_consistency.upper()]
+            self._write_cl = ConsistencyLevel.name_to_value[settings.write_consistency.upper()]
+        except KeyError as exc:
+            raise ProjectionStoreError(
+                f"unknown Cassandra consistency level {exc.args[0]!r} in [projections]; use e.g. "
+                "ONE, LOCAL_QUORUM, QUORUM"
+            ) from None
+        profile = ExecutionProfile(
+            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(cassandra.local_dc)),
+            consistency_level=read_cl, request_timeout=30)
+        kwargs: dict[str, Any] = {}
+        if cassandra.username:
+            kwargs["auth_provider"] = PlainTextAuthProvider(cassandra.username, cassandra.password)
+        if cassandra.ssl_ca_location:
+            import ssl
+
+            context = ssl.create_default_context(cafile=cassandra.ssl_ca_location)
+            kwargs["ssl_context"] = context
+        try:
+            from cassandra.io.libevreactor import LibevConnection
+            kwargs["connection_class"] = LibevConnection
+        except ImportError:  # the asyncore/asyncio default works, slower
+            pass
+        self._cluster = Cluster(cassandra.contact_points(), port=cassandra.port,
+                                execution_profiles={EXEC_PROFILE_DEFAULT: profile}, **kwargs)
+        try:
+            self._session = self._cluster.connect()
+            self._session.execute(f"CREATE KEYSPACE IF NOT EXISTS {_q(self.keyspace)} WITH "
+                                  f"replication = {cassandra.replication}")
+            self._session.set_keyspace(self.keyspace)
+            for ddl in ("CREATE TABLE IF NOT EXISTS cqrs_generations (base text PRIMARY KEY, "
+                        "current int, building int)",
+                        "CREATE TABLE IF NOT EXISTS cqrs_positions (base text, generation int, "
+                        "partition int, next_offset bigint, PRIMARY KEY ((base, generation), "
+                        "partition))"):
+                self._session.execute(ddl)
+        except Exception as exc:
+            self._cluster.shutdown()
+            raise ProjectionStoreError(
+                f"cannot use Cassandra at {cassandra.hosts}:{cassandra.port} keyspace "
+                f"{self.keyspace!r}: {exc}; is it running (`cqrs dev status`)?"
+            ) from exc
+        self._prepared: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def _prepare(self, cql: str, write: bool = False) -> Any:
+        with self._lock:
+            stmt = self._prepared.get(cql)
+        if stmt is None:
+            stmt = self._session.prepare(cql)
+            if write:
+                stmt.consistency_level = self._write_cl
+            with self._lock:
+                self._prepared[cql] = stmt
+        return stmt
+
+    def _concurrent(self, stmt: Any, params: Sequence[Sequence[Any]]) -> list[Any]:
+        from cassandra.concurrent import execute_concurrent_with_args
+
+        if not params:
+            return []
+        try:
+            results = execute_concurrent_with_args(self._session, stmt, params,
+                                                   concurrency=self.concurrency,
+                                                   raise_on_first_error=True)
+        except Exception as exc:
+            raise ProjectionStoreError(f"Cassandra statement {stmt.query_string!r} failed: {exc}") from exc
+        return [r for _, r in results]
+
+    def _execute(self, cql: str, params: Sequence[Any] = ()) -> Any:
+        try:
+            return self._session.execute(cql, params)
+        except Exception as exc:
+            raise ProjectionStoreError(f"Cassandra statement {cql!r} failed: {exc}") from exc
+
+    @staticmethod
+    def _values(projection: Projection, values: dict[str, Any] | None) -> list[Any]:
+        v = values or {}
+        return [v.get(c) for c in projection.columns]
+
+    # --- generations and schema --------------------------------------------------------------
+
+    def ensure_generation(self, projection: Projection, base: str, generation: int) -> None:
+        views, cat = table_names(base, generation)
+        cols = "".join(f", {_q(c)} {_CQL_TYPES[t]}" for c, t in projection.columns.items())
+        self._execute(f"CREATE TABLE IF NOT EXISTS {views} ({_q(projection.key)} text PRIMARY "
+                      f"KEY{cols}, cqrs_version bigint, cqrs_deleted boolean, cqrs_parked_at bigint)")
+        if isinstance(projection, CategoryProjection):
+            sort_type = _CQL_TYPES[projection.columns[projection.order_by]]
+            self._execute(f"CREATE TABLE IF NOT EXISTS {cat} (grp text, sort {sort_type}, "
+                          f"aggregate_id text{cols}, cqrs_version bigint, cqrs_deleted boolean, "
+                          "PRIMARY KEY ((grp), sort, aggregate_id)) "
+                          "WITH CLUSTERING ORDER BY (sort DESC, aggregate_id ASC)")
+
+    def drop_generation(self, projection: Projection, base: str, generation: int) -> None:
+        for table in table_names(base, generation):
+            self._execute(f"DROP TABLE IF EXISTS {table}")
+        self._execute("DELETE FROM cqrs_positions WHERE base = %s AND generation = %s",
+                      (base, generation))
+
+    def generations(self, base: str) -> Generations:
+        row = self._execute("SELECT current, building FROM cqrs_generations WHERE base = %s",
+                            (base,)).one()
+        return Generations(row.current, row.building) if row else Generations(None, None)
+
+    def set_generations(self, base: str, generations: Generations) -> None:
+        self._execute("INSERT INTO cqrs_generations (base, current, building) VALUES (%s, %s, %s)",
+                      (base, generations.current, generations.building))
+
+    # --- the projector's side ----------------------------------------------------------------
+
+    def _select_views(self, projection: Projection, table: str) -> str:
+        cols = ", ".join([_q(projection.key), *map(_q, projection.columns), *_META,
+                          "cqrs_parked_at"])
+        return f"SELECT {cols} FROM {table}"
+
+    @staticmethod
+    def _stored(projection: Projection, row: Sequence[Any]) -> StoredView:
+        n = len(projection.columns)
+        version, deleted, parked = row[1 + n] or 0, bool(row[2 + n]), row[3 + n]
+        values = None
+        if version > 0 and not deleted:
+            values = {c: normalize_value(t, v)
+                      for (c, t), v in zip(projection.columns.items(), row[1:1 + n], strict=True)}
+        return StoredView(values, version, deleted, parked)
+
+    def read_views(self, projection: Projection, base: str, generation: int,
+                   keys: Sequence[str]) -> dict[str, StoredView]:
+        views, _ = table_names(base, generation)
+        stmt = self._prepare(self._select_views(projection, views) + f" WHERE {_q(projection.key)} = ?")
+        found: dict[str, StoredView] = {}
+        for rows in self._concurrent(stmt, [(k,) for k in keys]):
+            for row in rows:
+                found[row[0]] = self._stored(projection, row)
+        return found
+
+    def write(self, projection: Projection, base: str, generation: int,
+              category: Sequence[CategoryWrite], views: Sequence[ViewWrite]) -> None:
+        vt, ct = table_names(base, generation)
+        names = [*map(_q, projection.columns), *_META]
+        if category:
+            cols = ", ".join(["grp", "sort", "aggregate_id", *names])
+            marks = ", ".join("?" * (len(names) + 3))
+            stmt = self._prepare(f"INSERT INTO {ct} ({cols}) VALUES ({marks}) USING TIMESTAMP ?",
+                                 write=True)
+            self._concurrent(stmt, [(c.group, c.sort, c.aggregate_id,
+                                     *self._values(projection, c.values), c.version, c.deleted,
+                                     c.timestamp) for c in category])
+        plain = [v for v in views if v.mode == "normal"]
+        marked = [v for v in views if v.mode != "normal"]
+        if plain:
+            cols = ", ".join([_q(projection.key), *names])
+            marks = ", ".join("?" * (len(names) + 1))
+            stmt = self._prepare(f"INSERT INTO {vt} ({cols}) VALUES ({marks}) USING TIMESTAMP ?",
+                                 write=True)
+            self._concurrent(stmt, [(v.key, *self._values(projection, v.values), v.version,
+                                     v.deleted, v.timestamp) for v in plain])
+        if marked:
+            cols = ", ".join([_q(projection.key), *names, "cqrs_parked_at"])
+            marks = ", ".join("?" * (len(names) + 2))
+            stmt = self._prepare(f"INSERT INTO {vt} ({cols}) VALUES ({marks}) USING TIMESTAMP ?",
+                                 write=True)
+            self._concurrent(stmt, [(v.key, *self._values(projection, v.values), v.version,
+                                     v.deleted, v.parked_at if v.mode == "park" else None,
+                                     v.timestamp) for v in marked])
+
+    def trim(self, projection: CategoryProjection, base: str, generation: int,
+             groups: Sequence[str]) -> None:
+        _, ct = table_names(base, generation)
+        select = self._prepare(f"SELECT sort, aggregate_id, cqrs_version FROM {ct} WHERE grp = ?")
+        delete = self._prepare(f"DELETE FROM {ct} USING TIMESTAMP ? WHERE grp = ? AND sort = ? "
+                               "AND aggregate_id = ?", write=True)
+        doomed = []
+        for group, rows in zip(groups, self._concurrent(select, [(g,) for g in groups]), strict=True):
+            for row in list(rows)[projection.keep:]:
+                doomed.append((4 * (row[2] or 0), group, row[0], row[1]))
+        self._concurrent(delete, doomed)
+
+    def save_positions(self, base: str, generation: int, positions: dict[int, int]) -> None:
+        stmt = self._prepare("INSERT INTO cqrs_positions (base, generation, partition, next_offset) "
+                             "VALUES (?, ?, ?, ?)", write=True)
+        self._concurrent(stmt, [(base, generation, p, o) for p, o in positions.items()])
+
+    def positions(self, base: str, generation: int) -> dict[int, int]:
+        rows = self._execute("SELECT partition, next_offset FROM cqrs_positions WHERE base = %s "
+                             "AND generation = %s", (base, generation))
+        return {r.partition: r.next_offset for r in rows}
+
+    # --- the readers' side -------------------------------------------------------------------
+
+    def _category_row(self, projection: CategoryProjection, row: Sequence[Any]) -> CategoryRow:
+        n = len(projection.columns)
+        version, deleted = row[3 + n] or 0, bool(row[4 + n])
+        values = None if deleted else {
+            c: normalize_value(t, v)
+            for (c, t), v in zip(projection.columns.items(), row[3:3 + n], strict=True)}
+        sort = normalize_value(projection.columns[projection.order_by], row[1])
+        return CategoryRow(sort, row[2], values, version, deleted)
+
+    def _select_category(self, projection: CategoryProjection, table: str) -> str:
+        cols = ", ".join(["grp", "sort", "aggregate_id", *map(_q, projection.columns), *_META])
+        return f"SELECT {cols} FROM {table}"
+
+    def category_rows(self, projection: CategoryProjection, base: str, generation: int,
+                      group: str, limit: int) -> list[CategoryRow]:
+        _, ct = table_names(base, generation)
+        stmt = self._prepare(self._select_category(projection, ct) + " WHERE grp = ? LIMIT ?")
+        try:
+            rows = self._session.execute(stmt, (group, limit))
+        except Exception as exc:
+            raise ProjectionStoreError(f"reading group {group!r} of {ct}: {exc}") from exc
+        return [self._category_row(projection, r) for r in rows]
+
+    def scan_views(self, projection: Projection, base: str,
+                   generation: int) -> Iterator[tuple[str, StoredView]]:
+        views, _ = table_names(base, generation)
+        rows = sorted(self._execute(self._select_views(projection, views)), key=lambda r: r[0])
+        for row in rows:
+            yield row[0], self._stored(projection, row)
+
+    def scan_category(self, projection: CategoryProjection, base: str,
+                      generation: int) -> Iterator[tuple[str, CategoryRow]]:
+        _, ct = table_names(base, generation)
+        rows = [(r[0], self._category_row(projection, r))
+                for r in self._execute(self._select_category(projection, ct))]
+        rows.sort(key=lambda gr: gr[0])  # groups in name order, each newest first already
+        yield from rows
+
+    def close(self) -> None:
+        self._cluster.shutdown()

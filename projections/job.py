@@ -1,0 +1,200 @@
+"""The projector: a Spark Structured Streaming query per projection over the events topic.
+
+Kafka source (official connector) -> ``foreachBatch``: the batch is handed, one Spark partition
+(= one Kafka partition's slice, in offset order) at a time, to :func:`projections.apply.apply_batch`
+inside the executors via ``mapInArrow``; each Python worker keeps one store session (Cassandra:
+prepared statements executed concurrently) and one dead-letter producer. Only a small stats row
+per partition comes back to the driver, which records the positions.
+
+Each projection has its own checkpoint per generation: ``<checkpoint_dir>/<app>/projections/
+<projection>/g<generation>``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from cqrs.config import CqrsConfig
+from cqrs.processor.job import header_expr
+from cqrs.topics import topics_for
+from projections.apply import BatchStats, Target, apply_batch
+from projections.dlq import dead_letter_topic, ensure_dead_letter_topic, to_dlq_record
+from projections.errors import ProjectionStoreError
+from projections.records import DeadLetter, EventRecord
+from projections.stores import cached_store
+from projections.store import table_base
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+__all__ = [
+    "ProjectorOptions",
+    "apply_frame",
+    "checkpoint_for",
+    "event_frame",
+    "start_projector",
+]
+
+
+@attrs.frozen
+class ProjectorOptions:
+    """One projector query: which app and projection, where, how much per batch."""
+
+    app_ref: str  # "module:attribute", importable on every executor
+    projection: str
+    topic_prefix: str | None = None  # default: kafka.topic_prefix
+    max_events_per_trigger: int | None = None  # default: projections.max_events_per_trigger
+    trigger_interval: str | None = None
+
+
+def checkpoint_for(cfg: CqrsConfig, app_name: str, projection: str, generation: int) -> str:
+    return cfg.spark.checkpoint_location(app_name, "projections", projection, f"g{generation}")
+
+
+# --- executor side ----------------------------------------------------------------------------
+
+_CONTEXTS: dict[str, Any] = {}
+_CONTEXTS_LOCK = threading.Lock()
+
+
+class _WorkerContext:
+    """What a Python worker builds once: app, decoding codec, store, dead-letter producer."""
+
+    def __init__(self, cfg: CqrsConfig, opts: ProjectorOptions) -> None:
+        from cqrs.codec.kafka_schema_store import KafkaSchemaStore
+        from cqrs.loading import load_app
+        from projections.model import find_projection
+
+        self.cfg = cfg
+        self.app = load_app(opts.app_ref)
+        prefix = cfg.kafka.topic_prefix if opts.topic_prefix is None else opts.topic_prefix
+        topics = topics_for(self.app.name, prefix)
+        schemas = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas,
+                                   cfg.kafka.client_options())
+        self.decode = self.app.codec_for(schemas).decode
+        self.projection = find_projection(self.app, opts.projection)
+        self.dlq_topic = dead_letter_topic(self.app.name, prefix)
+        self.store = cached_store(cfg)
+        self._producer: Any = None
+
+    def send_dead_letters(self, letters: Any) -> None:
+        from cqrs.kafka_io import make_producer
+
+        if self._producer is None:
+            self._producer = make_producer(self.cfg)
+        for dl in letters:
+            key, value, headers = to_dlq_record(self.projection.name, dl)
+            self._producer.produce(self.dlq_topic, key=key, value=value, headers=headers)
+        if self._producer.flush(60) != 0:
+            raise ProjectionStoreError(
+                f"could not write {len(letters)} dead letters to {self.dlq_topic!r} in 60 s")
+
+
+def _context(cfg: CqrsConfig, opts: ProjectorOptions) -> _WorkerContext:
+    key = repr((cfg, opts))
+    with _CONTEXTS_LOCK:
+        ctx = _CONTEXTS.get(key)
+        if ctx is None:
+            ctx = _CONTEXTS[key] = _WorkerContext(cfg, opts)
+        return ctx
+
+
+STATS_FIELDS = ("events", "applied", "aggregates", "dead_letters")
+
+
+def _partition_fn(cfg: CqrsConfig, opts: ProjectorOptions, base: str,
+                  generation: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        ctx = _context(cfg, opts)
+        records: list[EventRecord] = []
+        for batch in batches:
+            c = batch.to_pydict()
+            records.extend(map(EventRecord, c["aggregate_id"], c["aggregate_type"],
+                               c["message_type"], c["version"], c["value"], c["timestamp"],
+                               c["partition"], c["offset"]))
+        target = Target(ctx.projection, base, generation)
+        stats = apply_batch(ctx.store, target, records, ctx.decode, ctx.send_dead_letters)
+        row = {f: [getattr(stats, f)] for f in STATS_FIELDS}
+        row["positions"] = [json.dumps(stats.positions)]
+        yield pa.RecordBatch.from_pydict(row)
+    return run
+
+
+# --- driver side ------------------------------------------------------------------------------
+
+
+def event_frame(source: DataFrame) -> DataFrame:
+    """The columns the fold needs, from a Kafka source frame (headers parsed by Spark)."""
+    from pyspark.sql import functions as F
+
+    def header(name: str) -> Any:
+        return F.expr(header_expr(name)).cast("string")
+
+    return source.select(
+        F.col("key").cast("string").alias("aggregate_id"),
+        header("cqrs.aggregate_type").alias("aggregate_type"),
+        header("cqrs.message_type").alias("message_type"),
+        header("cqrs.version").cast("long").alias("version"),
+        F.col("value"),
+        header("cqrs.timestamp").alias("timestamp"),
+        F.col("partition"), F.col("offset"),
+    ).where(F.col("version").isNotNull() & F.col("aggregate_id").isNotNull())
+
+
+def apply_frame(frame: DataFrame, cfg: CqrsConfig, opts: ProjectorOptions, base: str,
+                generation: int) -> BatchStats:
+    """Apply an event frame (batch or micro-batch) in the executors; return the summed stats."""
+    stats_schema = ("events long, applied long, aggregates long, dead_letters long, "
+                    "positions string")
+    rows = frame.mapInArrow(_partition_fn(cfg, opts, base, generation), stats_schema).collect()
+    total = BatchStats()
+    for r in rows:
+        total.add(BatchStats(r.events, r.applied, r.aggregates, r.dead_letters,
+                             {int(p): o for p, o in json.loads(r.positions).items()}))
+    return total
+
+
+def start_projector(spark: SparkSession, cfg: CqrsConfig, opts: ProjectorOptions,
+                    generation: int, *, available_now: bool = False,
+                    starting_offsets: str = "earliest",
+                    on_batch: Callable[[int, BatchStats], None] | None = None) -> StreamingQuery:
+    """Start the streaming query of one projection generation (its tables must exist)."""
+    from cqrs.loading import load_app
+
+    app = load_app(opts.app_ref)
+    prefix = cfg.kafka.topic_prefix if opts.topic_prefix is None else opts.topic_prefix
+    topics = topics_for(app.name, prefix)
+    ensure_dead_letter_topic(cfg, dead_letter_topic(app.name, prefix))
+    base = table_base(app.name, opts.projection)
+    limit = opts.max_events_per_trigger or cfg.projections.max_events_per_trigger
+    source = (spark.readStream.format("kafka").options(**cfg.kafka.spark_options())
+              .option("subscribe", topics.events)
+              .option("startingOffsets", starting_offsets)
+              .option("includeHeaders", "true")
+              .option("failOnDataLoss", "true")
+              .option("maxOffsetsPerTrigger", str(limit))
+              .load())
+
+    def batch(frame: DataFrame, batch_id: int) -> None:
+        stats = apply_frame(event_frame(frame), cfg, opts, base, generation)
+        if stats.positions:
+            cached_store(cfg).save_positions(base, generation, stats.positions)
+        if on_batch is not None:
+            on_batch(batch_id, stats)
+
+    writer = (source.writeStream.foreachBatch(batch)
+              .option("checkpointLocation", checkpoint_for(cfg, app.name, opts.projection, generation))
+              .queryName(f"cqrs-projector-{app.name}-{opts.projection}-g{generation}"))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif opts.trigger_interval:
+        writer = writer.trigger(processingTime=opts.trigger_interval)
+    return writer.start()

@@ -1,0 +1,288 @@
+"""Declaring read models: :class:`Projection` (one view per aggregate) and
+:class:`CategoryProjection` (views grouped by a derived key, newest N per group).
+
+Handlers are plain Python: ``on_<anything>(self, view, event, meta)`` where ``event`` is
+annotated with the event class (or a union of them) it handles. ``view`` is a dict of the value
+columns, mutated in place; return :data:`DELETE` to delete the view. No Spark or Cassandra here.
+
+>>> class Balances(Projection):
+...     name = "balances"
+...     aggregate = "example.bank.Account"
+...     key = "account_id"
+...     columns = {"owner": str, "balance": int}
+...     defaults = {"balance": 0}
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Final
+
+from cqrs.domain.messages import is_event, type_name
+from projections.errors import ProjectionDefinitionError, UnknownProjectionError
+
+__all__ = [
+    "COLUMN_TYPES",
+    "DELETE",
+    "CategoryProjection",
+    "Delete",
+    "EventMeta",
+    "Projection",
+    "find_projection",
+    "projections_of",
+]
+
+COLUMN_TYPES: Final[tuple[type, ...]] = (str, int, float, bool, _dt.datetime, bytes)
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
+_COLUMN = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+_RESERVED = frozenset({"grp", "sort", "aggregate_id"})
+
+
+class Delete:
+    """Returned by a handler: the view of this aggregate is deleted."""
+
+    _instance: ClassVar[Delete | None] = None
+
+    def __new__(cls) -> Delete:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE: Final = Delete()
+
+
+class EventMeta:
+    """What a handler may know about an event besides its payload."""
+
+    __slots__ = ("_timestamp", "_timestamp_text", "aggregate_id", "aggregate_type",
+                 "message_type", "offset", "partition", "version")
+
+    def __init__(self, aggregate_id: str, aggregate_type: str, message_type: str, version: int,
+                 timestamp: str | _dt.datetime, partition: int = -1, offset: int = -1) -> None:
+        self.aggregate_id = aggregate_id
+        self.aggregate_type = aggregate_type
+        self.message_type = message_type
+        self.version = version
+        self.partition = partition
+        self.offset = offset
+        if isinstance(timestamp, _dt.datetime):
+            self._timestamp: _dt.datetime | None = timestamp
+            self._timestamp_text = timestamp.isoformat()
+        else:
+            self._timestamp = None
+            self._timestamp_text = timestamp
+
+    @property
+    def timestamp(self) -> _dt.datetime:
+        """When the command that produced the event was issued (tz-aware; parsed on first use)."""
+        if self._timestamp is None:
+            self._timestamp = _dt.datetime.fromisoformat(self._timestamp_text)
+        return self._timestamp
+
+    def __repr__(self) -> str:
+        return (f"EventMeta({self.aggregate_id!r}, {self.message_type!r}, "
+                f"version={self.version})")
+
+
+Handler = Callable[[Any, dict[str, Any], Any, EventMeta], Any]
+
+
+def _event_classes(hint: Any) -> list[type]:
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or isinstance(hint, types.UnionType):
+        return [c for arg in typing.get_args(hint) for c in _event_classes(arg)]
+    return [hint] if isinstance(hint, type) else []
+
+
+def _handlers_of(cls: type) -> tuple[dict[str, str], frozenset[str]]:
+    """``{event type name: method name}`` from the ``on_*`` methods' annotations, and the
+    names of the methods that take ``meta``."""
+    found: dict[str, str] = {}
+    with_meta: set[str] = set()
+    for attr in sorted(dir(cls)):
+        if not attr.startswith("on_"):
+            continue
+        fn = getattr(cls, attr)
+        if not callable(fn):
+            continue
+        params = list(inspect.signature(fn).parameters.values())
+        if len(params) not in (3, 4):
+            raise ProjectionDefinitionError(
+                f"{cls.__qualname__}.{attr} must take (self, view, event) or "
+                f"(self, view, event, meta); it takes {[p.name for p in params]}"
+            )
+        try:
+            hints = typing.get_type_hints(fn)
+        except Exception as exc:  # NameError etc. from unresolvable annotations
+            raise ProjectionDefinitionError(
+                f"cannot resolve the annotations of {cls.__qualname__}.{attr}: {exc}; import "
+                "the event classes at module level"
+            ) from exc
+        classes = _event_classes(hints.get(params[2].name))
+        if not classes or not all(is_event(c) for c in classes):
+            raise ProjectionDefinitionError(
+                f"{cls.__qualname__}.{attr}: annotate parameter {params[2].name!r} with the "
+                "@event class (or union of classes) it handles"
+            )
+        for c in classes:
+            name = type_name(c)
+            if name in found:
+                raise ProjectionDefinitionError(
+                    f"{cls.__qualname__}: event {name!r} is handled by both {found[name]} and {attr}"
+                )
+            found[name] = attr
+        if len(params) == 4:
+            with_meta.add(attr)
+    return found, frozenset(with_meta)
+
+
+class Projection:
+    """A read model with one view (a row) per aggregate, keyed by the aggregate id.
+
+    Class attributes to declare:
+
+    - ``name``: lower-case identifier, unique in the app (prefixes its tables);
+    - ``aggregate``: the Aggregate class (or its type name) whose events are folded;
+    - ``key``: name of the key column (holds the aggregate id), default ``"id"``;
+    - ``columns``: ``{column: type}``, types among str, int, float, bool, datetime, bytes;
+    - ``defaults``: initial values of a new view (others start as None).
+    """
+
+    name: ClassVar[str]
+    aggregate: ClassVar[Any]
+    key: ClassVar[str] = "id"
+    columns: ClassVar[Mapping[str, type]] = {}
+    defaults: ClassVar[Mapping[str, Any]] = {}
+    handlers: ClassVar[Mapping[str, str]] = {}  # event type name -> method name (derived)
+    takes_meta: ClassVar[frozenset[str]] = frozenset()  # methods with a meta parameter
+    aggregate_type: ClassVar[str] = ""  # derived from ``aggregate``
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            return  # an abstract intermediate class
+        cls._validate()
+
+    @classmethod
+    def _validate(cls) -> None:
+        where = cls.__qualname__
+        if not isinstance(cls.name, str) or not _NAME.match(cls.name):
+            raise ProjectionDefinitionError(
+                f"{where}.name = {cls.name!r}: use 1-31 lower-case letters, digits or '_', "
+                "starting with a letter (it is part of table names)"
+            )
+        agg = getattr(cls, "aggregate", None)
+        if agg is None:
+            raise ProjectionDefinitionError(f"{where}: declare `aggregate = <Aggregate class>`")
+        cls.aggregate_type = agg if isinstance(agg, str) else type_name(agg)
+        names = [cls.key, *cls.columns]
+        for col in names:
+            if not isinstance(col, str) or not _COLUMN.match(col) or col in _RESERVED:
+                raise ProjectionDefinitionError(
+                    f"{where}: column name {col!r} is invalid: use lower-case letters, digits, "
+                    f"'_', starting with a letter, and none of {sorted(_RESERVED)}"
+                )
+        if len(set(names)) != len(names):
+            raise ProjectionDefinitionError(f"{where}: the key and column names repeat: {names}")
+        for col, kind in cls.columns.items():
+            if kind not in COLUMN_TYPES:
+                raise ProjectionDefinitionError(
+                    f"{where}.columns[{col!r}] = {kind!r}: use one of "
+                    f"{[t.__name__ for t in COLUMN_TYPES]}"
+                )
+        unknown = set(cls.defaults) - set(cls.columns)
+        if unknown:
+            raise ProjectionDefinitionError(f"{where}.defaults name unknown columns {sorted(unknown)}")
+        cls.handlers, cls.takes_meta = _handlers_of(cls)
+        if not cls.handlers:
+            raise ProjectionDefinitionError(f"{where} has no on_* handler for any event")
+
+    @classmethod
+    def new_view(cls) -> dict[str, Any]:
+        """The values of a view before its first event."""
+        return {c: cls.defaults.get(c) for c in cls.columns}
+
+    def handler_for(self, message_type: str) -> Callable[[dict[str, Any], Any, EventMeta], Any] | None:
+        """The handler of an event type as ``f(view, event, meta)``, or None if ignored."""
+        cache = self.__dict__.setdefault("_bound", {})
+        if message_type not in cache:
+            method = self.handlers.get(message_type)
+            fn = getattr(self, method) if method is not None else None
+            if fn is not None and method not in self.takes_meta:
+                fn = (lambda f: lambda view, event, meta: f(view, event))(fn)
+            cache[message_type] = fn
+        return cache[message_type]
+
+
+class CategoryProjection(Projection):
+    """Views grouped by a derived key, e.g. a customer's orders, newest first.
+
+    Besides the per-aggregate view (queried by aggregate id like any projection), every view
+    whose ``group_by`` column is set appears in its group, ordered by ``order_by`` descending;
+    a group keeps its newest ``keep`` items (older ones are trimmed from the group).
+
+    A view's group and order values are fixed once set: a handler changing them fails.
+    """
+
+    group_by: ClassVar[str]
+    order_by: ClassVar[str]
+    keep: ClassVar[int] = 30
+
+    @classmethod
+    def _validate(cls) -> None:
+        super()._validate()
+        where = cls.__qualname__
+        for attr in ("group_by", "order_by"):
+            col = getattr(cls, attr, None)
+            if col not in cls.columns:
+                raise ProjectionDefinitionError(
+                    f"{where}.{attr} = {col!r}: name one of the columns {sorted(cls.columns)}"
+                )
+        if cls.columns[cls.group_by] is not str:
+            raise ProjectionDefinitionError(f"{where}.group_by column {cls.group_by!r} must be str")
+        if not isinstance(cls.keep, int) or cls.keep < 1:
+            raise ProjectionDefinitionError(f"{where}.keep = {cls.keep!r}: use a positive int")
+
+
+def projections_of(app: Any) -> dict[str, Projection]:
+    """The app's projections as instances by name (classes are instantiated)."""
+    found: dict[str, Projection] = {}
+    for p in getattr(app, "projections", ()):
+        inst = p() if isinstance(p, type) else p
+        if not isinstance(inst, Projection):
+            raise ProjectionDefinitionError(
+                f"app {app.name!r} lists {p!r} as a projection: subclass projections.Projection"
+            )
+        if inst.name in found:
+            raise ProjectionDefinitionError(f"app {app.name!r} has two projections named {inst.name!r}")
+        found[inst.name] = inst
+    return found
+
+
+def find_projection(app: Any, name: str) -> Projection:
+    found = projections_of(app)
+    if name not in found:
+        raise UnknownProjectionError(
+            f"app {app.name!r} has no projection {name!r}; it has {sorted(found) or 'none'}"
+        )
+    return found[name]
+
+
+def select(app: Any, names: Iterable[str]) -> list[Projection]:
+    """The named projections of the app, or all of them when ``names`` is empty."""
+    wanted = list(names)
+    if not wanted:
+        return list(projections_of(app).values())
+    return [find_projection(app, n) for n in wanted]
+
+
+__all__ += ["select"]

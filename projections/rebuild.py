@@ -1,0 +1,125 @@
+"""Rebuild a projection into a new generation while readers keep using the current one.
+
+1. pick generation ``n + 1``, create its tables, record it as *building*;
+2. snapshot the events topic's end offsets; batch-read the log up to them in chunks (Spark
+   batch jobs, the same executor-side fold as the projector), printing events, events/s, ETA;
+3. catch up with a streaming query on the new generation's own checkpoint, started at the
+   snapshot (trigger availableNow): it also leaves the checkpoint a running projector continues;
+4. switch readers: one metadata write makes ``n + 1`` current (running projectors follow);
+5. after a grace period, drop generation ``n``'s tables (``[projections] drop_old_generation``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+
+from cqrs.config import CqrsConfig
+from cqrs.loading import load_app
+from cqrs.topics import topics_for
+from projections.apply import BatchStats
+from projections.errors import GenerationError
+from projections.job import ProjectorOptions, apply_frame, checkpoint_for, event_frame, start_projector
+from projections.model import find_projection
+from projections.positions import topic_offsets
+from projections.records import Generations
+from projections.store import table_base
+from projections.stores import cached_store
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["RebuildReport", "rebuild_projection"]
+
+Report = Callable[[str], None]
+
+
+@attrs.frozen
+class RebuildReport:
+    projection: str
+    old_generation: int | None
+    new_generation: int
+    events: int
+    seconds: float
+    dropped_old: bool
+
+
+def _offsets_json(topic: str, offsets: dict[int, int]) -> str:
+    return json.dumps({topic: {str(p): o for p, o in offsets.items()}})
+
+
+def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name: str, *,
+                       report: Report = print, drop_old: bool | None = None,
+                       topic_prefix: str | None = None, force: bool = False) -> RebuildReport:
+    app = load_app(app_ref)
+    projection = find_projection(app, name)
+    store = cached_store(cfg)
+    base = table_base(app.name, name)
+    prefix = cfg.kafka.topic_prefix if topic_prefix is None else topic_prefix
+    events_topic = topics_for(app.name, prefix).events
+    gens = store.generations(base)
+    if gens.building is not None and not force:
+        raise GenerationError(
+            f"a rebuild of {name!r} into generation {gens.building} is under way or was "
+            "interrupted; wait for it, or pass --force to start over with a new generation"
+        )
+    old = gens.current
+    new = max(old or 0, gens.building or 0) + 1
+    store.ensure_generation(projection, base, new)
+    store.set_generations(base, Generations(old, new))
+    report(f"rebuilding {app.name}/{name} into generation {new} (readers stay on {old})")
+
+    started = time.monotonic()
+    ends = topic_offsets(cfg, events_topic)
+    position = {p: low for p, (low, _) in ends.items()}
+    end = {p: high for p, (_, high) in ends.items()}
+    total = sum(end[p] - position[p] for p in end)
+    per_partition = max(1, cfg.projections.rebuild_chunk_events // max(1, len(end)))
+    opts = ProjectorOptions(app_ref, name, topic_prefix=prefix)
+    done = BatchStats()
+    while any(position[p] < end[p] for p in end):
+        upto = {p: min(end[p], position[p] + per_partition) for p in end}
+        source = (spark.read.format("kafka").options(**cfg.kafka.spark_options())
+                  .option("subscribe", events_topic)
+                  .option("startingOffsets", _offsets_json(events_topic, position))
+                  .option("endingOffsets", _offsets_json(events_topic, upto))
+                  .option("includeHeaders", "true").load())
+        done.add(apply_frame(event_frame(source), cfg, opts, base, new))
+        position = upto
+        elapsed = time.monotonic() - started
+        rate = done.events / max(elapsed, 1e-6)
+        eta = (total - done.events) / rate if rate > 0 else float("inf")
+        report(f"  {done.events:,}/{total:,} events, {rate:,.0f} events/s, ETA {eta:,.0f} s, "
+               f"{done.dead_letters} dead letters")
+    store.save_positions(base, new, end)
+
+    # catch up from the snapshot with the streaming query, on the new generation's checkpoint
+    checkpoint = checkpoint_for(cfg, app.name, name, new)
+    if Path(checkpoint).exists():
+        shutil.rmtree(checkpoint)  # left by an interrupted rebuild into this generation
+    query = start_projector(spark, cfg, opts, new, available_now=True,
+                            starting_offsets=_offsets_json(events_topic, end),
+                            on_batch=lambda _i, s: done.add(s))
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise GenerationError(f"catching up generation {new} failed: {query.exception()}")
+
+    store.set_generations(base, Generations(new, None))
+    seconds = time.monotonic() - started
+    report(f"switched readers of {name!r} to generation {new}: {done.events:,} events in "
+           f"{seconds:,.1f} s ({done.events / max(seconds, 1e-6):,.0f} events/s)")
+    drop = cfg.projections.drop_old_generation if drop_old is None else drop_old
+    if drop and old is not None:
+        time.sleep(cfg.projections.drop_grace_s)  # readers and projectors move over first
+        store.drop_generation(projection, base, old)
+        old_checkpoint = checkpoint_for(cfg, app.name, name, old)
+        if Path(old_checkpoint).exists():
+            shutil.rmtree(old_checkpoint, ignore_errors=True)
+        report(f"dropped generation {old}")
+    return RebuildReport(name, old, new, done.events, seconds, bool(drop and old is not None))

@@ -1,0 +1,144 @@
+"""The plain records that move between the fold, the stores and the readers.
+
+Write timestamps make every write idempotent and order-independent (last write wins by
+timestamp in Cassandra; the SQLite store compares them explicitly): for aggregate version ``v``
+
+- a view or category row holding the fold up to ``v`` is written at ``4 v``;
+- parking an aggregate whose event ``f`` failed (the row then holds the fold up to ``f - 1``)
+  is written at ``4 f - 2``, above that row and below the fold up to ``f``;
+- un-parking after a dead-letter replay up to ``w`` is written at ``4 w + 1``, above any park
+  at ``f <= w`` and below a later park at ``w + 1`` (``4 w + 2``).
+
+Replaying any part of the log writes the same values at the same timestamps again: no change.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import attrs
+
+__all__ = [
+    "CategoryRow",
+    "CategoryWrite",
+    "DeadLetter",
+    "EventRecord",
+    "Generations",
+    "StoredView",
+    "ViewWrite",
+    "WriteMode",
+    "park_timestamp",
+    "unpark_timestamp",
+    "write_timestamp",
+]
+
+WriteMode = Literal["normal", "park", "unpark"]
+
+
+def write_timestamp(version: int) -> int:
+    return 4 * version
+
+
+def park_timestamp(failed_version: int) -> int:
+    return 4 * failed_version - 2
+
+
+def unpark_timestamp(version: int) -> int:
+    return 4 * version + 1
+
+
+@attrs.frozen(slots=True)
+class EventRecord:
+    """One event as the projector reads it from the events topic (payload still encoded)."""
+
+    aggregate_id: str
+    aggregate_type: str
+    message_type: str
+    version: int
+    value: bytes
+    timestamp: str  # ISO-8601 text of the cqrs.timestamp header
+    partition: int = -1
+    offset: int = -1
+
+
+@attrs.frozen(slots=True)
+class StoredView:
+    """A view row as stored: value columns, last applied version, deletion and parking marks.
+
+    ``version == 0`` means no view was ever built (the row only carries a parking mark).
+    """
+
+    values: dict[str, Any] | None
+    version: int
+    deleted: bool = False
+    parked_at: int | None = None
+
+    @property
+    def visible(self) -> bool:
+        return self.version > 0 and not self.deleted and self.values is not None
+
+
+@attrs.frozen(slots=True)
+class ViewWrite:
+    key: str
+    values: dict[str, Any] | None  # None when deleted or not built yet
+    version: int
+    deleted: bool = False
+    mode: WriteMode = "normal"
+    parked_at: int | None = None  # mode "park": the failed version
+
+    @property
+    def timestamp(self) -> int:
+        if self.mode == "park":
+            assert self.parked_at is not None
+            return park_timestamp(self.parked_at)
+        if self.mode == "unpark":
+            return unpark_timestamp(self.version)
+        return write_timestamp(self.version)
+
+
+@attrs.frozen(slots=True)
+class CategoryWrite:
+    group: str
+    sort: Any
+    aggregate_id: str
+    values: dict[str, Any] | None
+    version: int
+    deleted: bool = False
+
+    @property
+    def timestamp(self) -> int:
+        return write_timestamp(self.version)
+
+
+@attrs.frozen(slots=True)
+class CategoryRow:
+    """A stored category row (``deleted`` rows still take their place in the newest N)."""
+
+    sort: Any
+    aggregate_id: str
+    values: dict[str, Any] | None
+    version: int
+    deleted: bool
+
+
+@attrs.frozen(slots=True)
+class DeadLetter:
+    """An event the projection did not apply: its handler failed, or its aggregate is parked."""
+
+    record: EventRecord
+    reason: Literal["handler", "parked", "gap"]
+    error: str
+    parked_at: int
+
+
+@attrs.frozen
+class Generations:
+    """Which generation of a projection's tables readers use, and which one a rebuild fills."""
+
+    current: int | None
+    building: int | None = None
+
+
+NO_GENERATION: Final = Generations(None, None)
+__all__ += ["NO_GENERATION"]

@@ -1,0 +1,163 @@
+"""Projections of the example bank (``cqrs.testing.example``), for tests, docs and benchmarks.
+
+``app`` is the bank with these projections, importable by Spark executors as
+``projections.testing:app``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import tempfile
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from cqrs.app import App
+from cqrs.domain.messages import type_name
+from cqrs.testing.example import (
+    Account,
+    AccountClosed,
+    AccountHandler,
+    AccountOpened,
+    Deposited,
+    Withdrawn,
+)
+from projections.model import DELETE, CategoryProjection, Delete, EventMeta, Projection
+
+__all__ = ["POISON_FILE", "AccountsByOwner", "Balances", "app", "make_bank_app", "produce_events",
+           "publish_schemas"]
+
+_NS = uuid.UUID("6f1c2b1e-8a47-4f44-9d1e-3c5b8f0a7e21")
+
+POISON_FILE = Path(tempfile.gettempdir()) / "cqrs-projections-poison-amounts"
+"""Deposits of an amount listed in this file (one per line) make :class:`Balances` fail: lets
+tests poison a handler and fix it again across processes."""
+
+
+_poison_cache: list[Any] = [None, frozenset()]  # (file signature, amounts)
+
+
+def _poisoned(amount: int) -> bool:
+    """Whether the amount is listed in POISON_FILE (re-read only when the file changes)."""
+    import os
+
+    try:
+        st = os.stat(POISON_FILE)
+        signature: Any = (st.st_mtime_ns, st.st_size, st.st_ino)
+    except FileNotFoundError:
+        signature = None
+    if signature != _poison_cache[0]:
+        amounts = frozenset(POISON_FILE.read_text().split()) if signature else frozenset()
+        _poison_cache[:] = [signature, amounts]
+    return str(amount) in _poison_cache[1]
+
+
+class Balances(Projection):
+    """One row per account: owner, balance, number of movements; deleted when closed."""
+
+    name = "balances"
+    aggregate = Account
+    key = "account_id"
+    columns = {"owner": str, "balance": int, "movements": int, "updated_at": _dt.datetime}
+    defaults = {"balance": 0, "movements": 0}
+
+    def on_opened(self, view: dict, event: AccountOpened, meta: EventMeta) -> None:
+        view["owner"] = event.owner
+        view["updated_at"] = meta.timestamp
+
+    def on_deposited(self, view: dict, event: Deposited, meta: EventMeta) -> None:
+        if _poisoned(event.amount):
+            raise ValueError(f"poisoned deposit amount {event.amount}")
+        view["balance"] += event.amount
+        view["movements"] += 1
+        view["updated_at"] = meta.timestamp
+
+    def on_withdrawn(self, view: dict, event: Withdrawn, meta: EventMeta) -> None:
+        view["balance"] -= event.amount
+        view["movements"] += 1
+        view["updated_at"] = meta.timestamp
+
+    def on_closed(self, view: dict, event: AccountClosed) -> Delete:
+        return DELETE
+
+
+class AccountsByOwner(CategoryProjection):
+    """An owner's newest accounts (the 3 last opened), with their balances."""
+
+    name = "accounts_by_owner"
+    aggregate = Account
+    key = "account_id"
+    columns = {"owner": str, "opened_at": _dt.datetime, "balance": int}
+    defaults = {"balance": 0}
+    group_by = "owner"
+    order_by = "opened_at"
+    keep = 3
+
+    def on_opened(self, view: dict, event: AccountOpened, meta: EventMeta) -> None:
+        view["owner"] = event.owner
+        view["opened_at"] = meta.timestamp
+
+    def on_moved(self, view: dict, event: Deposited | Withdrawn) -> None:
+        view["balance"] += event.amount if isinstance(event, Deposited) else -event.amount
+
+
+def make_bank_app(name: str = "example-bank") -> App:
+    return App(name, aggregates=[Account], handlers=[AccountHandler],
+               projections=[Balances, AccountsByOwner])
+
+
+app = make_bank_app()
+
+
+def produce_events(cfg: Any, topic: str, app: App, events: Iterable[tuple[str, object]], *,
+                   versions: dict[str, int], start: _dt.datetime | None = None,
+                   producer: Any = None) -> int:
+    """Write events straight to the events topic with the real envelope and codec (versions
+    counted per aggregate, continuing from ``versions``); returns how many. Publish the app's
+    schemas first (``cqrs.processor.job.publish_app_schemas``) so readers can decode them."""
+    from cqrs.envelope import Envelope, to_kafka
+    from cqrs.kafka_io import make_producer
+
+    own = producer is None
+    producer = producer or make_producer(cfg, **{"linger.ms": 50, "batch.num.messages": 10000})
+    t0 = start or _dt.datetime(2026, 6, 1, tzinfo=_dt.timezone.utc)
+    aggregate_type = type_name(Account)
+    encode = app.codec.encode
+    n = 0
+    for i, (aggregate_id, event) in enumerate(events):
+        version = versions.get(aggregate_id, 0) + 1
+        versions[aggregate_id] = version
+        env = Envelope(message_id=str(uuid.uuid5(_NS, f"{aggregate_id}/{version}")),
+                       message_type=type_name(event), kind="event", aggregate_type=aggregate_type,
+                       aggregate_id=aggregate_id, timestamp=t0 + _dt.timedelta(milliseconds=i),
+                       version=version)
+        key, value, headers = to_kafka(env, encode(event))
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        n += 1
+    if own and producer.flush(60) != 0:
+        raise RuntimeError(f"events not delivered to {topic!r} within 60 s")
+    return n
+
+
+def publish_schemas(cfg: Any, topics: Any, app: App, attempts: int = 5) -> None:
+    """``publish_app_schemas``, retried while a schemas topic created a moment ago has no
+    partition leader yet (a fresh topic per test or benchmark run)."""
+    import time
+
+    from cqrs.errors import SchemaStoreError
+    from cqrs.processor.job import publish_app_schemas
+
+    for attempt in range(attempts):
+        try:
+            publish_app_schemas(cfg, topics, app)
+            return
+        except SchemaStoreError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(2)

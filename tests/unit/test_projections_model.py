@@ -1,0 +1,149 @@
+"""Projection declarations, the pure fold, table names and the CLI wiring (no services)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from cqrs.cli.main import build_parser
+from cqrs.testing.example import Account, AccountOpened, Deposited, Withdrawn
+from projections import (
+    CategoryProjection,
+    EventMeta,
+    Projection,
+    ProjectionDefinitionError,
+    UnknownProjectionError,
+    records_for,
+)
+from projections.fold import fold_aggregate
+from projections.model import find_projection
+from projections.records import StoredView
+from projections.store import table_base
+from projections.testing import AccountsByOwner, Balances, make_bank_app
+
+app = make_bank_app("unit-bank")
+
+
+def test_handlers_are_found_by_annotation_with_or_without_meta() -> None:
+    assert Balances.handlers["example.bank.Deposited"] == "on_deposited"
+    assert AccountsByOwner.handlers["example.bank.Withdrawn"] == "on_moved"  # a union
+    assert Balances.aggregate_type == "example.bank.Account"
+    assert Balances.new_view() == {"owner": None, "balance": 0, "movements": 0, "updated_at": None}
+
+
+@pytest.mark.parametrize("attrs_, message", [
+    ({"name": "Bad-Name"}, "Bad-Name"),
+    ({"columns": {"x": list}}, "columns\\['x'\\]"),
+    ({"columns": {"grp": int}}, "grp"),
+    ({"defaults": {"nope": 1}}, "nope"),
+])
+def test_bad_declarations_are_refused_with_the_bad_value(attrs_: dict[str, Any], message: str) -> None:
+    body: dict[str, Any] = {"name": "p", "aggregate": Account, "columns": {"n": int},
+                            "on_dep": lambda self, view, event: None}
+    body["on_dep"].__annotations__ = {"event": Deposited}
+    body.update(attrs_)
+    with pytest.raises(ProjectionDefinitionError, match=message):
+        type("P", (Projection,), body)
+
+
+def test_a_handler_without_an_event_annotation_is_refused() -> None:
+    with pytest.raises(ProjectionDefinitionError, match="annotate parameter 'event'"):
+        class P(Projection):
+            name = "p"
+            aggregate = Account
+            columns = {"n": int}
+
+            def on_x(self, view: dict, event: int) -> None: ...
+
+
+def test_category_needs_group_and_order_columns() -> None:
+    with pytest.raises(ProjectionDefinitionError, match="group_by = 'missing'"):
+        class C(CategoryProjection):
+            name = "c"
+            aggregate = Account
+            columns = {"owner": str}
+            group_by = "missing"
+            order_by = "owner"
+
+            def on_o(self, view: dict, event: AccountOpened) -> None: ...
+
+
+def test_unknown_projection_names_what_exists() -> None:
+    with pytest.raises(UnknownProjectionError, match="accounts_by_owner.*balances"):
+        find_projection(app, "nope")
+
+
+def _fold(records: Any, stored: StoredView | None = None, projection: Projection | None = None) -> Any:
+    return fold_aggregate(projection or Balances(), "a", stored, records, app.codec.decode)
+
+
+def test_fold_skips_applied_and_duplicate_versions() -> None:
+    recs = records_for(app, [("a", AccountOpened("ann")), ("a", Deposited(5)), ("a", Deposited(7))])
+    out = _fold([*recs, recs[1]], StoredView({**Balances.new_view(), "owner": "ann", "balance": 5,
+                                              "movements": 1}, 2))
+    assert out.view.version == 3 and out.view.values["balance"] == 12 and out.applied == 1
+
+
+def test_fold_parks_on_a_gap_and_keeps_the_view_before_it() -> None:
+    recs = records_for(app, [("a", AccountOpened("ann")), ("a", Deposited(5)), ("a", Deposited(7))])
+    out = _fold([recs[0], recs[2]])
+    assert (out.view.mode, out.view.parked_at, out.view.version) == ("park", 2, 1)
+    assert [(d.record.version, d.reason) for d in out.dead] == [(3, "gap")]
+
+
+def test_fold_of_a_parked_aggregate_dead_letters_everything_new() -> None:
+    recs = records_for(app, [("a", AccountOpened("ann")), ("a", Deposited(5))])
+    out = _fold(recs, StoredView(None, 0, parked_at=1))
+    assert out.view is None and [d.reason for d in out.dead] == ["parked", "parked"]
+
+
+def test_changing_a_category_group_parks_the_item() -> None:
+    class Renamed(AccountsByOwner):
+        name = "renamed"
+
+        def on_moved(self, view: dict, event: Deposited | Withdrawn, meta: EventMeta) -> None:
+            view["owner"] = "someone-else"
+
+    recs = records_for(app, [("a", AccountOpened("ann")), ("a", Deposited(5))])
+    out = _fold(recs, projection=Renamed())
+    assert out.dead[0].reason == "handler" and "fixed once set" in out.dead[0].error
+    assert out.category.group == "ann" and out.category.version == 1
+
+
+def test_table_names_are_safe_and_bounded() -> None:
+    assert table_base("example-bank", "balances") == "example_bank__balances"
+    long = table_base("a-very-long-application-name-for-tests", "balances")
+    assert len(long) <= 38 and long.endswith("balances") or long.startswith("p")
+
+
+def test_cli_has_the_read_side_commands() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["run", "projector", "m:app", "balances", "--available-now"])
+    assert args.projections == ["balances"] and args.available_now
+    assert parser.parse_args(["projections", "dlq", "m:app", "replay"]).action == "replay"
+    assert parser.parse_args(["rebuild", "m:app", "balances", "--keep-old"]).keep_old
+    assert parser.parse_args(["run", "processor", "m:app"]).job == "processor"
+
+
+def test_core_never_imports_projections() -> None:
+    import pathlib
+
+    core = pathlib.Path(__file__).resolve().parents[2] / "cqrs"
+    offenders = [p for p in core.rglob("*.py") if p.parent.name != "cli"
+                 and ("import projections" in p.read_text() or "from projections" in p.read_text())]
+    assert offenders == []
+
+
+def test_event_meta_parses_the_timestamp_lazily() -> None:
+    meta = EventMeta("a", "t", "m", 1, "2026-01-01T00:00:00+00:00")
+    assert meta.timestamp == dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def test_category_rows_carry_the_version_of_the_last_applied_event() -> None:
+    from cqrs.testing.example import AccountClosed
+
+    recs = records_for(app, [("a", AccountOpened("ann")), ("a", Deposited(5)), ("a", AccountClosed(5))])
+    out = _fold(recs, projection=AccountsByOwner())  # AccountsByOwner ignores AccountClosed
+    assert (out.view.version, out.category.version) == (3, 2)
