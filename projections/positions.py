@@ -7,6 +7,8 @@ from typing import Any
 import attrs
 
 from cqrs.config import CqrsConfig
+from cqrs.errors import TopicNotFoundError
+from cqrs.kafka_io import watermarks
 from projections.model import projections_of
 from projections.store import ProjectionStore, table_base
 
@@ -14,20 +16,11 @@ __all__ = ["PartitionStatus", "ProjectionStatus", "projection_status", "topic_of
 
 
 def topic_offsets(cfg: CqrsConfig, topic: str) -> dict[int, tuple[int, int]]:
-    """``{partition: (low, high)}`` watermarks of a topic (empty if it does not exist)."""
-    from confluent_kafka import TopicPartition
-
-    from cqrs.kafka_io import make_consumer
-
-    consumer = make_consumer(cfg)
+    """``{partition: (low, high)}`` watermarks of a topic (empty if it does not exist yet)."""
     try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return {}
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-                for p in sorted(meta.partitions)}
-    finally:
-        consumer.close()
+        return watermarks(cfg, topic)
+    except TopicNotFoundError:
+        return {}
 
 
 @attrs.frozen
