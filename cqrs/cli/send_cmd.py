@@ -94,6 +94,10 @@ def _run_serve(cfg: CqrsConfig, args: argparse.Namespace) -> int:
 
     app = load_app(args.app)
     extra = [load_object(ref, "route factory") for ref in args.routes]
+    if app.projections and "projections.http:routes" not in args.routes:
+        from projections.http import routes as projection_routes  # the CLI sees both sides
+
+        extra.insert(0, projection_routes)
     ctx = HttpContext(app, cfg, checkpoint=args.checkpoint)
     api = create_http_app(ctx, extra)
     host = args.host or cfg.client.http_host
