@@ -273,5 +273,13 @@ class CassandraStore(ProjectionStore):
         rows.sort(key=lambda gr: gr[0])  # groups in name order, each newest first already
         yield from rows
 
+    def drop_keyspace(self) -> None:
+        """Drop this store's keyspace with every generation in it (for throw-away keyspaces:
+        tests, the demo), then close the store."""
+        try:
+            self._session.execute(f"DROP KEYSPACE IF EXISTS {_q(self.keyspace)}")
+        finally:
+            self.close()
+
     def close(self) -> None:
         self._cluster.shutdown()

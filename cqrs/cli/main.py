@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from cqrs.cli import config_cmd, dev_cmd, dlq_cmd, projections_cmd, run_cmd, send_cmd, state_cmd
+from cqrs.cli import config_cmd, demo_cmd, dev_cmd, dlq_cmd, projections_cmd, run_cmd, send_cmd, state_cmd
 from cqrs.config import load_config
 from cqrs.errors import CqrsError
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: $CQRS_CONFIG, else ./cqrs.toml if present)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     dev_cmd.register(commands)
+    demo_cmd.register(commands)
     config_cmd.register(commands)
     run_cmd.register(commands)
     state_cmd.register(commands)

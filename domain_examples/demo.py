@@ -1,0 +1,348 @@
+"""``cqrs demo``: the three example apps end to end on the real stack, in one command.
+
+It starts the local stack if none is running, runs the command processors of bank, orders and
+loyalty in one Spark session, sends the scripted workload of :mod:`domain_examples.workload`
+through the real client (including a race, rejections, a repeated command id and a handler
+crash), shows the answers and the dead letters, runs the projectors into Cassandra, prints the
+read models, rebuilds one projection into a new generation, checks everything it printed, and
+cleans up what it created (fresh topics, keyspace and checkpoints per run) unless told to keep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import attrs
+
+from cqrs.app import App
+from cqrs.cli.tables import render_table
+from cqrs.config import CqrsConfig
+from cqrs.results import CommandResult
+from domain_examples.workload import (
+    RACE,
+    Scripted,
+    bank_script,
+    check_answers,
+    loyalty_script,
+    orders_script,
+)
+
+__all__ = ["DemoOptions", "run_demo"]
+
+APP_REFS = {
+    "bank": "domain_examples.bank:app",
+    "orders": "domain_examples.orders:app",
+    "loyalty": "domain_examples.loyalty:app",
+}
+STEPS = 7
+
+
+@attrs.frozen
+class DemoOptions:
+    keep: bool = False  # leave the stack (if the demo started it), topics, keyspace, checkpoints
+    rebuild: str | None = "bank:balances"  # app:projection to rebuild at the end; None: skip
+    timeout_s: float = 240.0  # for the answers of one wave
+
+
+class Demo:
+    def __init__(self, cfg: CqrsConfig, opts: DemoOptions, say: Callable[[str], None]) -> None:
+        self.base_cfg = cfg
+        self.opts = opts
+        self.say = say
+        self.run_id = uuid.uuid4().hex[:6]
+        self.workdir = tempfile.mkdtemp(prefix=f"cqrs-demo-{self.run_id}-")
+        self.cfg = cfg.with_overrides(
+            kafka={"topic_prefix": f"{cfg.kafka.topic_prefix}demo-{self.run_id}."},
+            cassandra={"keyspace": f"demo_{self.run_id}"},
+            spark={"checkpoint_dir": self.workdir, "shuffle_partitions": 2},
+        )
+        self.problems: list[str] = []
+        self.started = time.monotonic()
+        self.step_no = 0
+
+    # ---- output -----------------------------------------------------------------------------
+
+    def step(self, title: str) -> None:
+        self.step_no += 1
+        self.say(f"\n[{self.step_no}/{STEPS}] {title}  (+{time.monotonic() - self.started:.0f} s)")
+
+    def check(self, ok: bool, what: str) -> None:
+        self.say(f"  {'ok ' if ok else 'FAIL'} {what}")
+        if not ok:
+            self.problems.append(what)
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], **kw: Any) -> None:
+        for line in render_table(headers, rows, **kw).splitlines():
+            self.say("  " + line)
+
+    # ---- the stack ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def stack(self) -> Iterator[None]:
+        from cqrs.devstack import artifacts
+        from cqrs.devstack.stack import DevStack
+
+        local = self.base_cfg.kafka.bootstrap_servers == f"127.0.0.1:{self.base_cfg.dev.kafka_port}"
+        stack = DevStack(self.base_cfg)
+        started = False
+        if not local:
+            self.say(f"  using the configured services: Kafka {self.base_cfg.kafka.bootstrap_servers}, "
+                     f"Cassandra {self.base_cfg.cassandra.hosts}")
+        elif all(s.running for s in stack.status()):
+            self.say("  the local stack is running: using it (it stays up afterwards)")
+        else:
+            missing = [c for c in artifacts.COMPONENTS if not artifacts.is_installed(self.base_cfg.dev, c)]
+            if missing:
+                self.say(f"  resolving {', '.join(missing)} from Maven Central (once; a few minutes)")
+                artifacts.install(self.base_cfg.dev, say=lambda m: self.say("    " + m))
+            stack.up(say=lambda m: self.say("    " + m))
+            started = True
+        try:
+            yield
+        finally:
+            if started and not self.opts.keep:
+                self.say("  stopping the local stack the demo started (`--keep` leaves it up)")
+                stack.down(say=lambda m: self.say("    " + m))
+
+    # ---- commands -----------------------------------------------------------------------------
+
+    def send_workload(self, clients: dict[str, list[Any]]) -> list[tuple[Scripted, CommandResult]]:
+        scripts = [*bank_script(), *orders_script(), *loyalty_script()]
+        answered: list[tuple[Scripted, CommandResult]] = []
+        for wave in sorted({s.wave for s in scripts}):
+            batch = [s for s in scripts if s.wave == wave]
+            t0 = time.monotonic()
+            futures = [clients[s.app][s.client].send(s.aggregate_id, s.command, s.expected_version,
+                                                     s.command_id) for s in batch]
+            deadline = t0 + self.opts.timeout_s
+            last_report = t0
+            while True:
+                done = sum(f.done() for f in futures)
+                now = time.monotonic()
+                if done == len(futures):
+                    break
+                if now > deadline:
+                    raise TimeoutError(f"wave {wave}: {len(futures) - done} of {len(futures)} "
+                                       f"commands unanswered after {self.opts.timeout_s:.0f} s")
+                if now - last_report > 5:
+                    self.say(f"    wave {wave}: {done}/{len(futures)} answered ...")
+                    last_report = now
+                time.sleep(0.05)
+            results = [f.result() for f in futures]
+            answered += list(zip(batch, results, strict=True))
+            outcome = {k: sum(1 for r in results if r.status == k) for k in ("accepted", "rejected", "failed")}
+            self.say(f"  wave {wave}: {len(batch)} commands answered in {time.monotonic() - t0:.1f} s "
+                     f"({outcome['accepted']} accepted, {outcome['rejected']} rejected, "
+                     f"{outcome['failed']} failed)")
+        return answered
+
+    def show_answers(self, answered: list[tuple[Scripted, CommandResult]]) -> None:
+        def outcome(r: CommandResult) -> str:
+            if r.status == "rejected":
+                return f"rejected:{r.code}"
+            if r.status == "failed":
+                return f"failed:{r.error_type}"
+            return r.status
+
+        interesting = [(s, r) for s, r in answered
+                       if s.app != "orders" or s.expect != "accepted"]
+        self.table(["app", "aggregate", "command", "note", "answer", "version", "reason"],
+                   [(s.app, s.aggregate_id, type(s.command).__name__, s.note, outcome(r), r.version,
+                     r.reason or r.message) for s, r in interesting], max_width=44, right=["version"])
+        orders = [r for s, r in answered if s.app == "orders"]
+        self.say(f"  (and {sum(r.accepted for r in orders) } accepted orders commands not listed)")
+        problems = check_answers([(s, outcome(r)) for s, r in answered])
+        self.check(not problems, "every command got the answer the script announces"
+                   + ("" if not problems else ": " + "; ".join(problems)))
+        race = [r for s, r in answered if s.expect == RACE]
+        self.check(sorted(r.status for r in race) == ["accepted", "rejected"],
+                   "of two clients writing at version 2, exactly one won")
+        dup = [r for s, r in answered if s.command_id == "demo-bob-deposit-1"]
+        self.check(len(dup) == 2 and dup[0] == dup[1],
+                   "the repeated command id got the first answer again (same version "
+                   f"{dup[0].version if dup else '?'}), not a second deposit")
+
+    def show_dead_letters(self) -> None:
+        from cqrs.deadletters import list_dead_letters
+        from cqrs.topics import topics_for
+
+        letters = list_dead_letters(self.cfg, topics_for("bank", self.cfg.kafka.topic_prefix))
+        self.table(["position", "stage", "error", "aggregate", "command"],
+                   [(d.position, d.stage, f"{d.error_type}: {d.error}", d.aggregate_id,
+                     d.message_type) for d in letters], max_width=60)
+        self.check([d.stage for d in letters] == ["handler"]
+                   and letters[0].error_type == "ComplianceServiceError",
+                   "the crashing handler's command is in bank's dead-letter topic, untouched")
+
+    # ---- read models --------------------------------------------------------------------------
+
+    def show_read_models(self, apps: dict[str, App]) -> None:
+        from projections.query import ProjectionReader
+        from projections.stores import cached_store
+
+        store = cached_store(self.cfg)
+        bank = ProjectionReader(apps["bank"], store)
+        accounts = ["acc-alice", "acc-bob", "acc-mallory"]
+        views = [bank.get("balances", a) for a in accounts]
+        self.say("  bank / balances")
+        self.table(list(views[0] or {"account_id": None}),
+                   [list(v.values()) for v in views if v is not None])
+        expected = {"acc-alice": 90_00, "acc-bob": 45_00, "acc-mallory": 10_00}
+        got = {a: (v or {}).get("balance_cents") for a, v in zip(accounts, views)}
+        if got.get("acc-alice") == 70_00:  # client B won the race (a 50.00 withdrawal)
+            expected["acc-alice"] = 70_00
+        self.check(got == expected, f"balances in cents are {expected}")
+
+        orders = ProjectionReader(apps["orders"], store)
+        items: list[dict[str, Any]] = []
+        token = None
+        while True:
+            page = orders.category("customer_orders", "c-ann", page_size=12, page_token=token)
+            items += page.items
+            token = page.next_token
+            if token is None:
+                break
+        self.say(f"  orders / customer_orders for c-ann: {len(items)} items in pages of 12, "
+                 "the newest five:")
+        self.table(list(items[0]), [list(i.values()) for i in items[:5]], max_width=32)
+        ids = [i["order_id"] for i in items]
+        self.check(ids == [f"ord-ann-{n:02d}" for n in range(39, 9, -1)],
+                   "c-ann placed 40 orders; the view holds exactly the newest 30, newest first")
+        last = orders.get("orders", "ord-ann-39")
+        self.check(last is not None and str(last.get("status", "")).lower().endswith("cancelled"),
+                   f"ord-ann-39 shows as cancelled ({(last or {}).get('status')})")
+
+        loyalty = ProjectionReader(apps["loyalty"], store)
+        customers = ["c-ann", "c-ben", "c-cy"]
+        points = [loyalty.get("customer_points", c) for c in customers]
+        self.say("  loyalty / customer_points (purchases at two stores, re-keyed by customer)")
+        self.table(list(points[0] or {"customer_id": None}),
+                   [list(p.values()) for p in points if p is not None])
+        got_points = {c: (p or {}).get("points") for c, p in zip(customers, points)}
+        self.check(got_points == {"c-ann": 25 + 80 + 4, "c-ben": 12 + 100, "c-cy": 9},
+                   f"points per customer add up across stores: {got_points}")
+
+    # ---- the run --------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        from cqrs.client.command_client import CommandClient
+        from cqrs.loading import load_app
+        from cqrs.processor.job import ProcessorOptions, start_processor
+        from cqrs.spark_session import spark_session
+        from projections.rebuild import rebuild_projection
+        from projections.runner import run_projectors
+
+        self.say(f"cqrs demo {self.run_id}: bank, orders and loyalty on Kafka, Spark and Cassandra")
+        self.step("the local stack")
+        with self.stack():
+            self.step("Spark and the three command processors")
+            spark = spark_session(self.cfg, f"cqrs-demo-{self.run_id}")
+            queries: list[Any] = []
+            clients: dict[str, list[Any]] = {}
+            try:
+                apps = {name: load_app(ref) for name, ref in APP_REFS.items()}
+                for ref in APP_REFS.values():
+                    queries.append(start_processor(spark, self.cfg, ProcessorOptions(ref)))
+                self.say(f"  {len(queries)} streaming queries running (topics prefixed "
+                         f"{self.cfg.kafka.topic_prefix!r}, Cassandra keyspace {self.cfg.cassandra.keyspace!r})")
+                clients = {name: [CommandClient(app, self.cfg) for _ in range(2 if name == "bank" else 1)]
+                           for name, app in apps.items()}
+
+                self.step("the scripted workload, through the command client")
+                answered = self.send_workload(clients)
+                self.show_answers(answered)
+
+                self.step("dead letters (`cqrs dlq list domain_examples.bank:app`)")
+                for q in queries:
+                    q.processAllAvailable()  # every answered batch has written all its events
+                self.show_dead_letters()
+
+                self.step("projectors: folding the event logs into Cassandra")
+                for name, ref in APP_REFS.items():
+                    run_projectors(spark, self.cfg, ref, available_now=True,
+                                   report=lambda m, n=name: self.say(f"    {n}: {m}"))
+
+                self.step("read models")
+                self.show_read_models(apps)
+
+                self.step("rebuilding a projection from the event log into a new generation")
+                if self.opts.rebuild:
+                    self.rebuild(spark, apps, rebuild_projection)
+                else:
+                    self.say("  skipped (--no-rebuild)")
+            finally:
+                for group in clients.values():
+                    for c in group:
+                        c.close()
+                for q in queries:
+                    q.stop()
+                spark.stop()
+                self.cleanup()
+        seconds = time.monotonic() - self.started
+        if self.problems:
+            self.say(f"\ndemo finished in {seconds:.0f} s with {len(self.problems)} failed check(s):")
+            for p in self.problems:
+                self.say(f"  - {p}")
+            return 1
+        self.say(f"\ndemo finished in {seconds:.0f} s: every check passed")
+        return 0
+
+    def rebuild(self, spark: Any, apps: dict[str, App], rebuild_projection: Any) -> None:
+        from projections.query import ProjectionReader
+        from projections.stores import cached_store
+
+        app_name, projection = self.opts.rebuild.split(":", 1)  # type: ignore[union-attr]
+        reader = ProjectionReader(apps[app_name], cached_store(self.cfg), generation_ttl=0.0)
+        keys = ["acc-alice", "acc-bob", "acc-mallory"] if projection == "balances" else []
+        before = [reader.get(projection, k) for k in keys]
+        report = rebuild_projection(spark, self.cfg, APP_REFS[app_name], projection,
+                                    report=lambda m: self.say("    " + m), drop_old=True)
+        after = [reader.get(projection, k) for k in keys]
+        self.check(after == before and report.new_generation == (report.old_generation or 0) + 1,
+                   f"{app_name}/{projection}: generation {report.new_generation} ({report.events} "
+                   f"events in {report.seconds:.1f} s) equals generation {report.old_generation}")
+
+    def cleanup(self) -> None:
+        if self.opts.keep:
+            self.say(f"\nkept: topics {self.cfg.kafka.topic_prefix}*, keyspace "
+                     f"{self.cfg.cassandra.keyspace}, checkpoints in {self.workdir}")
+            return
+        from cqrs.kafka_io import make_admin
+
+        with contextlib.suppress(Exception):
+            admin = make_admin(self.cfg)
+            mine = [t for t in admin.list_topics(timeout=10).topics
+                    if t.startswith(self.cfg.kafka.topic_prefix)]
+            for future in admin.delete_topics(mine).values():
+                future.result(timeout=30)
+        with contextlib.suppress(Exception):
+            from projections.stores import cached_store
+
+            store = cached_store(self.cfg)
+            drop = getattr(store, "drop_keyspace", None)
+            if drop is not None:
+                drop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        self.say("\ncleaned up the demo's topics, keyspace and checkpoints (`--keep` leaves them)")
+
+
+def run_demo(cfg: CqrsConfig, opts: DemoOptions = DemoOptions(),
+             say: Callable[[str], None] | None = None) -> int:
+    """Run the demo; 0 when every check passed."""
+    def default_say(message: str) -> None:
+        print(message, flush=True)
+
+    return Demo(cfg, opts, say or default_say).run()
+
+
+if __name__ == "__main__":
+    from cqrs.config import load_config
+
+    sys.exit(run_demo(load_config()))
