@@ -8,8 +8,11 @@ overridden through ``[spark] conf`` in the configuration file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cqrs.config import CqrsConfig
@@ -57,8 +60,12 @@ def spark_conf(cfg: CqrsConfig) -> dict[str, str]:
     return conf
 
 
-def spark_session(cfg: CqrsConfig, app_name: str) -> SparkSession:
-    """Get or create the SparkSession for ``app_name`` with the framework's options."""
+def spark_session(cfg: CqrsConfig, app_name: str, *, log_file: str | Path | None = None) -> SparkSession:
+    """Get or create the SparkSession for ``app_name`` with the framework's options.
+
+    ``log_file``: send the Spark JVM's output (its log and what the Python workers print) to
+    this file instead of this process's terminal; it takes effect when this call starts the JVM.
+    """
     from pyspark.sql import SparkSession
 
     # The workers must run the same interpreter as the driver (the one with our packages).
@@ -66,6 +73,31 @@ def spark_session(cfg: CqrsConfig, app_name: str) -> SparkSession:
     builder = SparkSession.builder.appName(app_name)
     for key, value in spark_conf(cfg).items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _jvm_output_to(log_file):
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+@contextlib.contextmanager
+def _jvm_output_to(log_file: str | Path | None) -> Iterator[None]:
+    """The JVM inherits file descriptors 1 and 2 when it starts: point them at ``log_file``
+    while it does, then give them back to this process."""
+    if log_file is None:
+        yield
+        return
+    path = Path(log_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, target):
+            os.close(fd)

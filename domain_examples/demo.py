@@ -151,11 +151,12 @@ class Demo:
                 return f"failed:{r.error_type}"
             return r.status
 
-        interesting = [(s, r) for s, r in answered
-                       if s.app != "orders" or s.expect != "accepted"]
+        order = list(APP_REFS)
+        interesting = sorted(((s, r) for s, r in answered if s.app != "orders" or s.expect != "accepted"),
+                             key=lambda sr: (order.index(sr[0].app), sr[0].wave))
         self.table(["app", "aggregate", "command", "note", "answer", "version", "reason"],
                    [(s.app, s.aggregate_id, type(s.command).__name__, s.note, outcome(r), r.version,
-                     r.reason or r.message) for s, r in interesting], max_width=44, right=["version"])
+                     r.reason or r.message) for s, r in interesting], max_width=56, right=["version"])
         orders = [r for s, r in answered if s.app == "orders"]
         self.say(f"  (and {sum(r.accepted for r in orders) } accepted orders commands not listed)")
         problems = check_answers([(s, outcome(r)) for s, r in answered])
@@ -243,7 +244,9 @@ class Demo:
         self.step("the local stack")
         with self.stack():
             self.step("Spark and the three command processors")
-            spark = spark_session(self.cfg, f"cqrs-demo-{self.run_id}")
+            log = self.base_cfg.dev.home_path / "logs" / f"demo-{self.run_id}-spark.log"
+            spark = spark_session(self.cfg, f"cqrs-demo-{self.run_id}", log_file=log)
+            self.say(f"  Spark's own output goes to {log}")
             queries: list[Any] = []
             clients: dict[str, list[Any]] = {}
             try:
