@@ -10,6 +10,10 @@ timestamp in Cassandra; the SQLite store compares them explicitly): for aggregat
   at ``f <= w`` and below a later park at ``w + 1`` (``4 w + 2``).
 
 Replaying any part of the log writes the same values at the same timestamps again: no change.
+
+Views of a re-keyed projection (:class:`projections.model.RekeyedProjection`) use the same
+timestamps with ``version`` = the number of events applied to the view, and carry ``sources``:
+the last version applied per source aggregate (what makes their replays change nothing).
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ class StoredView:
     version: int
     deleted: bool = False
     parked_at: int | None = None
+    sources: dict[str, int] | None = None  # re-keyed views: source aggregate -> last version
 
     @property
     def visible(self) -> bool:
@@ -86,6 +91,7 @@ class ViewWrite:
     deleted: bool = False
     mode: WriteMode = "normal"
     parked_at: int | None = None  # mode "park": the failed version
+    sources: dict[str, int] | None = None  # re-keyed views: source aggregate -> last version
 
     @property
     def timestamp(self) -> int:
