@@ -115,7 +115,7 @@ EVENT_SCHEMA = ("aggregate_id string, aggregate_type string, message_type string
 def _records(batches: Iterator[Any]) -> Iterator[tuple[Any, list[EventRecord]]]:
     for batch in batches:
         c = batch.to_pydict()
-        yield c, list(map(EventRecord, *(c[name] for name in EVENT_COLUMNS)))
+        yield batch, list(map(EventRecord, *(c[name] for name in EVENT_COLUMNS)))
 
 
 def _view_key_fn(cfg: CqrsConfig, opts: ProjectorOptions) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -130,13 +130,14 @@ def _view_key_fn(cfg: CqrsConfig, opts: ProjectorOptions) -> Callable[[Iterator[
         ctx = _context(cfg, opts)
         projection = ctx.projection
         assert isinstance(projection, RekeyedProjection)
-        for columns, records in _records(batches):
+        for batch, records in _records(batches):
             wanted = [r for r in records if r.aggregate_type == projection.aggregate_type]
             key_at = {(r.partition, r.offset): key
                       for key, items in group_by_view(projection, wanted, ctx.decode).items()
                       for r, _ in items}
-            columns["view_key"] = [key_at.get((r.partition, r.offset)) for r in records]
-            yield pa.RecordBatch.from_pydict(columns)
+            keys = pa.array([key_at.get((r.partition, r.offset)) for r in records], pa.string())
+            yield pa.RecordBatch.from_arrays([*batch.columns, keys],
+                                             names=[*batch.schema.names, "view_key"])
     return run
 
 
