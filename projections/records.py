@@ -18,6 +18,7 @@ the last version applied per source aggregate (what makes their replays change n
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Final, Literal
 
 import attrs
@@ -31,6 +32,7 @@ __all__ = [
     "StoredView",
     "ViewWrite",
     "WriteMode",
+    "event_record",
     "park_timestamp",
     "unpark_timestamp",
     "write_timestamp",
@@ -63,6 +65,14 @@ class EventRecord:
     timestamp: str  # ISO-8601 text of the cqrs.timestamp header
     partition: int = -1
     offset: int = -1
+
+
+def event_record(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]],
+                 partition: int = -1, offset: int = -1) -> EventRecord:
+    """An :class:`EventRecord` from an events-topic record as a Kafka client reads it."""
+    h = {k: (v or b"").decode() for k, v in headers}
+    return EventRecord((key or b"").decode(), h["cqrs.aggregate_type"], h["cqrs.message_type"],
+                       int(h["cqrs.version"]), value or b"", h["cqrs.timestamp"], partition, offset)
 
 
 @attrs.frozen(slots=True)

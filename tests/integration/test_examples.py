@@ -20,7 +20,7 @@ from domain_examples.loyalty import points_for
 from domain_examples.workload import DEMO_T0, Scripted, bank_script, check_answers, loyalty_script, orders_script
 from projections import LocalProjector, ProjectionReader, SqliteStore
 from projections.model import projections_of
-from projections.records import EventRecord
+from projections.records import event_record
 from projections.runner import run_projectors
 from projections.store import ProjectionStore, table_base
 from projections.stores import cached_store
@@ -65,12 +65,8 @@ class Example:
         return ProjectionReader(self.app, self.store())
 
     def clean_fold(self) -> SqliteStore:
-        records = []
-        for r in read_to_end(self.cfg, [self.topics.events]):
-            h = {k: v.decode() for k, v in r.headers}
-            records.append(EventRecord(r.key.decode(), h["cqrs.aggregate_type"], h["cqrs.message_type"],
-                                       int(h["cqrs.version"]), r.value, h["cqrs.timestamp"],
-                                       r.partition, r.offset))
+        records = [event_record(r.key, r.value, r.headers, r.partition, r.offset)
+                   for r in read_to_end(self.cfg, [self.topics.events])]
         oracle = SqliteStore(":memory:")
         LocalProjector(self.app, oracle).apply(records)
         return oracle

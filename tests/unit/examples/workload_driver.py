@@ -11,7 +11,7 @@ from cqrs.processor import AggregateStep, InputRecord
 from cqrs.topics import topics_for
 from domain_examples import bank, loyalty, orders
 from domain_examples.workload import DEMO_T0, Scripted, waves
-from projections.records import EventRecord
+from projections.records import EventRecord, event_record
 
 __all__ = ["APPS", "outcome", "run_script"]
 
@@ -54,11 +54,6 @@ def run_script(script: list[Scripted],
             results = [app.codec.decode(r.value) for r in out if r.topic == topics.results]
             answered += [(s, outcome(r)) for (s, _), r in zip(items, results, strict=True)]
             if events is not None:
-                for r in out:
-                    if r.topic == topics.events:
-                        h = {k: v.decode() for k, v in r.headers}
-                        events.append(EventRecord(
-                            (r.key or b"").decode(), h["cqrs.aggregate_type"],
-                            h["cqrs.message_type"], int(h["cqrs.version"]), r.value or b"",
-                            h["cqrs.timestamp"], 0, len(events)))
+                events += [event_record(r.key, r.value, r.headers, 0, len(events) + i)
+                           for i, r in enumerate(r for r in out if r.topic == topics.events)]
     return answered
