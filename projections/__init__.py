@@ -1,6 +1,7 @@
 """The read side: projections folded from the event log into Cassandra or SQLite, and queried.
 
-Declare projections with :class:`Projection` / :class:`CategoryProjection`, list them in
+Declare projections with :class:`Projection` / :class:`CategoryProjection` /
+:class:`RekeyedProjection`, list them in
 ``App(..., projections=[...])``, run them with ``cqrs run projector``, query them with
 :class:`ProjectionReader`. See docs/projections.md.
 """
@@ -15,10 +16,11 @@ from projections.errors import (
     ProjectionError,
     ProjectionStoreError,
     UnknownProjectionError,
+    ViewKeyError,
     WaitTimeoutError,
 )
 from projections.local import LocalProjector, records_for
-from projections.model import DELETE, CategoryProjection, Delete, EventMeta, Projection
+from projections.model import DELETE, CategoryProjection, Delete, EventMeta, Projection, RekeyedProjection
 from projections.query import Page, ProjectionReader
 from projections.sqlite_store import SqliteStore
 from projections.store import ProjectionStore
@@ -39,8 +41,10 @@ __all__ = [
     "ProjectionReader",
     "ProjectionStore",
     "ProjectionStoreError",
+    "RekeyedProjection",
     "SqliteStore",
     "UnknownProjectionError",
+    "ViewKeyError",
     "WaitTimeoutError",
     "records_for",
 ]

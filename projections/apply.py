@@ -11,9 +11,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
-from projections.fold import Decode, fold_aggregate, needs_read
-from projections.model import CategoryProjection, Projection
+from projections.fold import Decode, fold_aggregate, group_by_aggregate, needs_read
+from projections.model import CategoryProjection, Projection, RekeyedProjection
 from projections.records import DeadLetter, EventRecord
+from projections.rekeyed import fold_view, group_by_view
 from projections.store import ProjectionStore
 
 __all__ = ["BatchStats", "Target", "apply_batch"]
@@ -48,35 +49,44 @@ class BatchStats:
 def apply_batch(store: ProjectionStore, target: Target, records: Iterable[EventRecord],
                 decode: Decode, dead_letter: Callable[[Sequence[DeadLetter]], None], *,
                 unpark: bool = False) -> BatchStats:
-    """Fold ``records`` (any aggregates, arrival order) into the target's tables."""
+    """Fold ``records`` (any aggregates, arrival order) into the target's tables.
+
+    A re-keyed projection's records are grouped by view key; the caller must hand all the
+    records of one view key in a batch to one call (the Spark job partitions by view key)."""
     projection, stats = target.projection, BatchStats()
     wanted = projection.aggregate_type
-    groups: dict[str, list[EventRecord]] = {}
+    mine: list[EventRecord] = []
     for rec in records:
         stats.events += 1
         if rec.partition >= 0:
             stats.positions[rec.partition] = max(rec.offset + 1, stats.positions.get(rec.partition, 0))
         if rec.aggregate_type == wanted:
-            groups.setdefault(rec.aggregate_id, []).append(rec)
-    if not groups:
+            mine.append(rec)
+    if not mine:
         return stats
-    to_read = [agg for agg, recs in groups.items() if unpark or needs_read(recs)]
-    stored = store.read_views(projection, target.base, target.generation, to_read) if to_read else {}
-    views, category, dead = [], [], []
-    for agg, recs in groups.items():
-        out = fold_aggregate(projection, agg, stored.get(agg), recs, decode, unpark=unpark)
-        stats.applied += out.applied
-        if out.view is not None:
-            views.append(out.view)
-        if out.category is not None:
-            category.append(out.category)
-        dead.extend(out.dead)
-    stats.aggregates = len(groups)
+    if isinstance(projection, RekeyedProjection):
+        by_view = group_by_view(projection, mine, decode)
+        stored = store.read_views(projection, target.base, target.generation, list(by_view))
+        folds = [fold_view(projection, key, stored.get(key), items, unpark=unpark)
+                 for key, items in by_view.items()]
+        stats.aggregates = len(by_view)
+    else:
+        groups = group_by_aggregate(mine)
+        to_read = [agg for agg, recs in groups.items() if unpark or needs_read(recs)]
+        stored = store.read_views(projection, target.base, target.generation, to_read) if to_read else {}
+        folds = [fold_aggregate(projection, agg, stored.get(agg), recs, decode, unpark=unpark)
+                 for agg, recs in groups.items()]
+        stats.aggregates = len(groups)
+    views = [f.view for f in folds if f.view is not None]
+    category = [f.category for f in folds if f.category is not None]
+    dead = [d for f in folds for d in f.dead]
+    stats.applied = sum(f.applied for f in folds)
     stats.dead_letters = len(dead)
     if dead:
         dead_letter(dead)
+    if not views and not category:
+        return stats
     store.write(projection, target.base, target.generation, category, views)
     if category and isinstance(projection, CategoryProjection):
         store.trim(projection, target.base, target.generation, sorted({c.group for c in category}))
     return stats
-

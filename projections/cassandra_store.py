@@ -9,13 +9,14 @@ the keyspace and tables are created when missing.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from cqrs.config import CassandraSettings, ProjectionSettings
 from projections.errors import ProjectionStoreError
-from projections.model import CategoryProjection, Projection
+from projections.model import CategoryProjection, Projection, RekeyedProjection
 from projections.records import CategoryRow, CategoryWrite, Generations, StoredView, ViewWrite
 from projections.store import ProjectionStore, normalize_value, table_names
 
@@ -28,6 +29,14 @@ _META = ("cqrs_version", "cqrs_deleted")
 
 def _q(name: str) -> str:
     return f'"{name}"'
+
+
+def _rekeyed(projection: Projection) -> bool:
+    return isinstance(projection, RekeyedProjection)
+
+
+def _sources_text(sources: dict[str, int] | None) -> str:
+    return json.dumps(sources or {}, sort_keys=True, separators=(",", ":"))
 
 
 class CassandraStore(ProjectionStore):
@@ -131,7 +140,8 @@ class CassandraStore(ProjectionStore):
         views, cat = table_names(base, generation)
         cols = "".join(f", {_q(c)} {_CQL_TYPES[t]}" for c, t in projection.columns.items())
         self._execute(f"CREATE TABLE IF NOT EXISTS {views} ({_q(projection.key)} text PRIMARY "
-                      f"KEY{cols}, cqrs_version bigint, cqrs_deleted boolean, cqrs_parked_at bigint)")
+                      f"KEY{cols}, cqrs_version bigint, cqrs_deleted boolean, cqrs_parked_at bigint"
+                      f"{', cqrs_sources text' if _rekeyed(projection) else ''})")
         if isinstance(projection, CategoryProjection):
             sort_type = _CQL_TYPES[projection.columns[projection.order_by]]
             self._execute(f"CREATE TABLE IF NOT EXISTS {cat} (grp text, sort {sort_type}, "
@@ -158,7 +168,7 @@ class CassandraStore(ProjectionStore):
 
     def _select_views(self, projection: Projection, table: str) -> str:
         cols = ", ".join([_q(projection.key), *map(_q, projection.columns), *_META,
-                          "cqrs_parked_at"])
+                          "cqrs_parked_at", *(["cqrs_sources"] if _rekeyed(projection) else [])])
         return f"SELECT {cols} FROM {table}"
 
     @staticmethod
@@ -169,7 +179,8 @@ class CassandraStore(ProjectionStore):
         if version > 0 and not deleted:
             values = {c: normalize_value(t, v)
                       for (c, t), v in zip(projection.columns.items(), row[1:1 + n], strict=True)}
-        return StoredView(values, version, deleted, parked)
+        sources = json.loads(row[4 + n] or "{}") if _rekeyed(projection) else None
+        return StoredView(values, version, deleted, parked, sources)
 
     def read_views(self, projection: Projection, base: str, generation: int,
                    keys: Sequence[str]) -> dict[str, StoredView]:
@@ -185,9 +196,16 @@ class CassandraStore(ProjectionStore):
               category: Sequence[CategoryWrite], views: Sequence[ViewWrite]) -> None:
         vt, ct = table_names(base, generation)
         names = [*map(_q, projection.columns), *_META]
+        cat_names = list(names)
+        if _rekeyed(projection):
+            names.append("cqrs_sources")
+
+        def meta(v: ViewWrite) -> tuple[Any, ...]:
+            return ((v.version, v.deleted, _sources_text(v.sources)) if _rekeyed(projection)
+                    else (v.version, v.deleted))
         if category:
-            cols = ", ".join(["grp", "sort", "aggregate_id", *names])
-            marks = ", ".join("?" * (len(names) + 3))
+            cols = ", ".join(["grp", "sort", "aggregate_id", *cat_names])
+            marks = ", ".join("?" * (len(cat_names) + 3))
             stmt = self._prepare(f"INSERT INTO {ct} ({cols}) VALUES ({marks}) USING TIMESTAMP ?",
                                  write=True)
             self._concurrent(stmt, [(c.group, c.sort, c.aggregate_id,
@@ -200,15 +218,15 @@ class CassandraStore(ProjectionStore):
             marks = ", ".join("?" * (len(names) + 1))
             stmt = self._prepare(f"INSERT INTO {vt} ({cols}) VALUES ({marks}) USING TIMESTAMP ?",
                                  write=True)
-            self._concurrent(stmt, [(v.key, *self._values(projection, v.values), v.version,
-                                     v.deleted, v.timestamp) for v in plain])
+            self._concurrent(stmt, [(v.key, *self._values(projection, v.values), *meta(v),
+                                     v.timestamp) for v in plain])
         if marked:
             cols = ", ".join([_q(projection.key), *names, "cqrs_parked_at"])
             marks = ", ".join("?" * (len(names) + 2))
             stmt = self._prepare(f"INSERT INTO {vt} ({cols}) VALUES ({marks}) USING TIMESTAMP ?",
                                  write=True)
-            self._concurrent(stmt, [(v.key, *self._values(projection, v.values), v.version,
-                                     v.deleted, v.parked_at if v.mode == "park" else None,
+            self._concurrent(stmt, [(v.key, *self._values(projection, v.values), *meta(v),
+                                     v.parked_at if v.mode == "park" else None,
                                      v.timestamp) for v in marked])
 
     def trim(self, projection: CategoryProjection, base: str, generation: int,

@@ -12,6 +12,7 @@ __all__ = [
     "ProjectionError",
     "ProjectionStoreError",
     "UnknownProjectionError",
+    "ViewKeyError",
     "WaitTimeoutError",
 ]
 
@@ -60,3 +61,11 @@ class WaitTimeoutError(ProjectionError, TimeoutError):
         self.version = version
         self.seen = seen
         self.timeout = timeout
+
+
+class ViewKeyError(ProjectionError, RuntimeError):
+    """``key_of`` of a re-keyed projection raised or returned something that is not a key.
+
+    The batch fails (the projector stops and retries it from its checkpoint when restarted):
+    an event without a view key cannot park a view, and dropping it would lose it for good.
+    """

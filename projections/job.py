@@ -106,6 +106,39 @@ def _context(cfg: CqrsConfig, opts: ProjectorOptions) -> _WorkerContext:
 
 
 STATS_FIELDS = ("events", "applied", "aggregates", "dead_letters")
+EVENT_COLUMNS = ("aggregate_id", "aggregate_type", "message_type", "version", "value", "timestamp",
+                 "partition", "offset")
+EVENT_SCHEMA = ("aggregate_id string, aggregate_type string, message_type string, version long, "
+                "value binary, timestamp string, partition int, offset long")
+
+
+def _records(batches: Iterator[Any]) -> Iterator[tuple[Any, list[EventRecord]]]:
+    for batch in batches:
+        c = batch.to_pydict()
+        yield batch, list(map(EventRecord, *(c[name] for name in EVENT_COLUMNS)))
+
+
+def _view_key_fn(cfg: CqrsConfig, opts: ProjectorOptions) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """Adds ``view_key`` (a re-keyed projection's ``key_of``; null when ignored) to each event,
+    so that the frame can be partitioned by it."""
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        from projections.model import RekeyedProjection
+        from projections.rekeyed import group_by_view
+
+        ctx = _context(cfg, opts)
+        projection = ctx.projection
+        assert isinstance(projection, RekeyedProjection)
+        for batch, records in _records(batches):
+            wanted = [r for r in records if r.aggregate_type == projection.aggregate_type]
+            key_at = {(r.partition, r.offset): key
+                      for key, items in group_by_view(projection, wanted, ctx.decode).items()
+                      for r, _ in items}
+            keys = pa.array([key_at.get((r.partition, r.offset)) for r in records], pa.string())
+            yield pa.RecordBatch.from_arrays([*batch.columns, keys],
+                                             names=[*batch.schema.names, "view_key"])
+    return run
 
 
 def _partition_fn(cfg: CqrsConfig, opts: ProjectorOptions, base: str,
@@ -114,12 +147,7 @@ def _partition_fn(cfg: CqrsConfig, opts: ProjectorOptions, base: str,
         import pyarrow as pa
 
         ctx = _context(cfg, opts)
-        records: list[EventRecord] = []
-        for batch in batches:
-            c = batch.to_pydict()
-            records.extend(map(EventRecord, c["aggregate_id"], c["aggregate_type"],
-                               c["message_type"], c["version"], c["value"], c["timestamp"],
-                               c["partition"], c["offset"]))
+        records = [r for _, batch in _records(batches) for r in batch]
         target = Target(ctx.projection, base, generation)
         stats = apply_batch(ctx.store, target, records, ctx.decode, ctx.send_dead_letters)
         row = {f: [getattr(stats, f)] for f in STATS_FIELDS}
@@ -151,7 +179,18 @@ def event_frame(source: DataFrame) -> DataFrame:
 
 def apply_frame(frame: DataFrame, cfg: CqrsConfig, opts: ProjectorOptions, base: str,
                 generation: int) -> BatchStats:
-    """Apply an event frame (batch or micro-batch) in the executors; return the summed stats."""
+    """Apply an event frame (batch or micro-batch) in the executors; return the summed stats.
+
+    A re-keyed projection's frame is first partitioned by view key, so the events of one view
+    are folded by one task (two tasks never read-modify-write the same view); otherwise a Spark
+    partition is a Kafka partition's slice and each aggregate's events stay in one task."""
+    from cqrs.loading import load_app
+    from projections.model import RekeyedProjection, find_projection
+
+    if isinstance(find_projection(load_app(opts.app_ref), opts.projection), RekeyedProjection):
+        keyed = frame.select(*EVENT_COLUMNS).mapInArrow(_view_key_fn(cfg, opts),
+                                                        EVENT_SCHEMA + ", view_key string")
+        frame = keyed.repartition("view_key").drop("view_key")
     stats_schema = ("events long, applied long, aggregates long, dead_letters long, "
                     "positions string")
     rows = frame.mapInArrow(_partition_fn(cfg, opts, base, generation), stats_schema).collect()

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Final
 
 from cqrs.domain.messages import is_event, type_name
-from projections.errors import ProjectionDefinitionError, UnknownProjectionError
+from projections.errors import ProjectionDefinitionError, UnknownProjectionError, ViewKeyError
 
 __all__ = [
     "COLUMN_TYPES",
@@ -33,6 +33,7 @@ __all__ = [
     "Delete",
     "EventMeta",
     "Projection",
+    "RekeyedProjection",
     "find_projection",
     "projections_of",
 ]
@@ -251,6 +252,61 @@ class CategoryProjection(Projection):
             raise ProjectionDefinitionError(f"{where}.group_by column {cls.group_by!r} must be str")
         if not isinstance(cls.keep, int) or cls.keep < 1:
             raise ProjectionDefinitionError(f"{where}.keep = {cls.keep!r}: use a positive int")
+
+
+class RekeyedProjection(Projection):
+    """A read model keyed by a value derived from each event, not by the aggregate id: e.g.
+    loyalty points per customer, folded from the purchases recorded by many store aggregates.
+
+    Declare it like a :class:`Projection` (``aggregate`` names the *source* aggregate whose
+    events are folded; ``key`` names the key column) and add ``key_of(self, event, meta)``
+    returning the view key of an event, or None to ignore the event.
+
+    Each view remembers, per source aggregate, the last version it applied, so every
+    ``(source aggregate, version)`` is applied to a view at most once: replays change nothing.
+    Events of one source aggregate arrive in version order; across source aggregates there is
+    no order, so handlers must not depend on it (sums, counts, max/min are fine; "the last
+    event wins" is not). A view's ``version`` counts the events applied to it.
+    """
+
+    def key_of(self, event: Any, meta: EventMeta) -> str | None:
+        raise NotImplementedError
+
+    @classmethod
+    def _validate(cls) -> None:
+        super()._validate()
+        if issubclass(cls, CategoryProjection):
+            raise ProjectionDefinitionError(
+                f"{cls.__qualname__}: a projection is either re-keyed or a category, not both")
+        if cls.key_of is RekeyedProjection.key_of:
+            raise ProjectionDefinitionError(
+                f"{cls.__qualname__}: define `def key_of(self, event, meta) -> str | None` "
+                "returning the view key of an event (None: the event is ignored)"
+            )
+        if isinstance(cls.__dict__.get("key_of"), (staticmethod, classmethod)):
+            raise ProjectionDefinitionError(
+                f"{cls.__qualname__}.key_of must be a plain method (self, event, meta)")
+
+    def view_key(self, event: Any, meta: EventMeta) -> str | None:
+        """``key_of``, checked: a view key is a non-empty str (or None).
+
+        Raises :class:`~projections.errors.ViewKeyError` when ``key_of`` fails or returns
+        something else."""
+        where = f"{type(self).__qualname__}.key_of"
+        try:
+            key = self.key_of(event, meta)
+        except Exception as exc:
+            raise ViewKeyError(
+                f"{where} raised {type(exc).__name__}: {exc} for {meta!r} of aggregate "
+                f"{meta.aggregate_id!r}; fix key_of and restart the projector (the batch is "
+                "retried from its checkpoint)"
+            ) from exc
+        if key is not None and (not isinstance(key, str) or not key):
+            raise ViewKeyError(
+                f"{where} returned {key!r} for {meta!r} of aggregate {meta.aggregate_id!r}; "
+                "return a non-empty str, or None to ignore the event"
+            )
+        return key
 
 
 def projections_of(app: Any) -> dict[str, Projection]:

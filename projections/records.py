@@ -10,10 +10,15 @@ timestamp in Cassandra; the SQLite store compares them explicitly): for aggregat
   at ``f <= w`` and below a later park at ``w + 1`` (``4 w + 2``).
 
 Replaying any part of the log writes the same values at the same timestamps again: no change.
+
+Views of a re-keyed projection (:class:`projections.model.RekeyedProjection`) use the same
+timestamps with ``version`` = the number of events applied to the view, and carry ``sources``:
+the last version applied per source aggregate (what makes their replays change nothing).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Final, Literal
 
 import attrs
@@ -27,6 +32,7 @@ __all__ = [
     "StoredView",
     "ViewWrite",
     "WriteMode",
+    "event_record",
     "park_timestamp",
     "unpark_timestamp",
     "write_timestamp",
@@ -61,6 +67,14 @@ class EventRecord:
     offset: int = -1
 
 
+def event_record(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]],
+                 partition: int = -1, offset: int = -1) -> EventRecord:
+    """An :class:`EventRecord` from an events-topic record as a Kafka client reads it."""
+    h = {k: (v or b"").decode() for k, v in headers}
+    return EventRecord((key or b"").decode(), h["cqrs.aggregate_type"], h["cqrs.message_type"],
+                       int(h["cqrs.version"]), value or b"", h["cqrs.timestamp"], partition, offset)
+
+
 @attrs.frozen(slots=True)
 class StoredView:
     """A view row as stored: value columns, last applied version, deletion and parking marks.
@@ -72,6 +86,7 @@ class StoredView:
     version: int
     deleted: bool = False
     parked_at: int | None = None
+    sources: dict[str, int] | None = None  # re-keyed views: source aggregate -> last version
 
     @property
     def visible(self) -> bool:
@@ -86,6 +101,7 @@ class ViewWrite:
     deleted: bool = False
     mode: WriteMode = "normal"
     parked_at: int | None = None  # mode "park": the failed version
+    sources: dict[str, int] | None = None  # re-keyed views: source aggregate -> last version
 
     @property
     def timestamp(self) -> int:

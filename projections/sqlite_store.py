@@ -8,6 +8,7 @@ readers read while the projector writes (from several processes).
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from projections.errors import ProjectionStoreError
-from projections.model import CategoryProjection, Projection
+from projections.model import CategoryProjection, Projection, RekeyedProjection
 from projections.records import CategoryRow, CategoryWrite, Generations, StoredView, ViewWrite
 from projections.store import ProjectionStore, normalize_value, table_names
 
@@ -46,6 +47,15 @@ def _decode(kind: type, value: Any) -> Any:
 
 def _q(name: str) -> str:
     return f'"{name}"'
+
+
+def _sources_column(projection: Projection) -> list[str]:
+    """The extra column of re-keyed views: the last applied version per source aggregate."""
+    return ["_sources"] if isinstance(projection, RekeyedProjection) else []
+
+
+def _sources_text(sources: dict[str, int] | None) -> str:
+    return json.dumps(sources or {}, sort_keys=True, separators=(",", ":"))
 
 
 class SqliteStore(ProjectionStore):
@@ -84,7 +94,8 @@ class SqliteStore(ProjectionStore):
         cols = "".join(f", {_q(c)} {_SQL_TYPES[t]}" for c, t in projection.columns.items())
         self._run(f"CREATE TABLE IF NOT EXISTS {_q(views)} ({_q(projection.key)} TEXT PRIMARY KEY"
                   f"{cols}, _version INTEGER NOT NULL, _deleted INTEGER NOT NULL, _ts INTEGER "
-                  "NOT NULL, _parked_at INTEGER, _parked_ts INTEGER NOT NULL DEFAULT -1)")
+                  "NOT NULL, _parked_at INTEGER, _parked_ts INTEGER NOT NULL DEFAULT -1"
+                  f"{''.join(f', {c} TEXT' for c in _sources_column(projection))})")
         if isinstance(projection, CategoryProjection):
             sort_type = _SQL_TYPES[projection.columns[projection.order_by]]
             self._run(f"CREATE TABLE IF NOT EXISTS {_q(cat)} (grp TEXT NOT NULL, sort {sort_type} "
@@ -111,7 +122,8 @@ class SqliteStore(ProjectionStore):
                    keys: Sequence[str]) -> dict[str, StoredView]:
         views, _ = table_names(base, generation)
         cols = list(projection.columns)
-        select = ", ".join([_q(projection.key), *map(_q, cols), "_version", "_deleted", "_parked_at"])
+        select = ", ".join([_q(projection.key), *map(_q, cols), "_version", "_deleted", "_parked_at",
+                            *_sources_column(projection)])
         found: dict[str, StoredView] = {}
         keys = list(keys)
         for i in range(0, len(keys), 500):
@@ -128,7 +140,8 @@ class SqliteStore(ProjectionStore):
         values = None
         if version > 0 and not deleted:
             values = {c: _decode(projection.columns[c], v) for c, v in zip(cols, row, strict=False)}
-        return StoredView(values, version, deleted, parked)
+        sources = json.loads(row[len(cols) + 3] or "{}") if len(row) > len(cols) + 3 else None
+        return StoredView(values, version, deleted, parked, sources)
 
     def _row(self, projection: Projection, values: dict[str, Any] | None) -> list[Any]:
         return [_encode(t, (values or {}).get(c)) for c, t in projection.columns.items()]
@@ -152,14 +165,18 @@ class SqliteStore(ProjectionStore):
                     for c in category]
             self._many(sql, rows)
         if views:
-            names = ", ".join([_q(projection.key), *map(_q, cols), "_version", "_deleted", "_ts"])
-            marks = ",".join("?" * (len(cols) + 4))
+            extra = _sources_column(projection)
+            names = ", ".join([_q(projection.key), *map(_q, cols), "_version", "_deleted", "_ts",
+                               *extra])
+            marks = ",".join("?" * (len(cols) + 4 + len(extra)))
             sql = (f"INSERT INTO {_q(vt)} ({names}) VALUES ({marks}) ON CONFLICT "
                    f"({_q(projection.key)}) DO UPDATE SET {updates}{', ' if cols else ''}"
-                   "_version = excluded._version, _deleted = excluded._deleted, _ts = excluded._ts "
+                   "_version = excluded._version, _deleted = excluded._deleted, _ts = excluded._ts"
+                   f"{''.join(f', {c} = excluded.{c}' for c in extra)} "
                    f"WHERE excluded._ts > {_q(vt)}._ts")
             self._many(sql, [(v.key, *self._row(projection, v.values), v.version, int(v.deleted),
-                              v.timestamp) for v in views])
+                              v.timestamp, *([_sources_text(v.sources)] if extra else []))
+                             for v in views])
             marks_sql = (f"UPDATE {_q(vt)} SET _parked_at = ?, _parked_ts = ? "
                          f"WHERE {_q(projection.key)} = ? AND _parked_ts < ?")
             self._many(marks_sql, [(v.parked_at if v.mode == "park" else None, v.timestamp, v.key,
@@ -220,7 +237,8 @@ class SqliteStore(ProjectionStore):
                    generation: int) -> Iterator[tuple[str, StoredView]]:
         vt, _ = table_names(base, generation)
         cols = list(projection.columns)
-        select = ", ".join([_q(projection.key), *map(_q, cols), "_version", "_deleted", "_parked_at"])
+        select = ", ".join([_q(projection.key), *map(_q, cols), "_version", "_deleted", "_parked_at",
+                            *_sources_column(projection)])
         for row in self._run(f"SELECT {select} FROM {_q(vt)} ORDER BY 1"):
             yield row[0], self._stored(projection, cols, row[1:])
 

@@ -23,10 +23,10 @@ from cqrs.testing.example import (
     Deposited,
     Withdrawn,
 )
-from projections.model import DELETE, CategoryProjection, Delete, EventMeta, Projection
+from projections.model import DELETE, CategoryProjection, Delete, EventMeta, Projection, RekeyedProjection
 
-__all__ = ["POISON_FILE", "AccountsByOwner", "Balances", "app", "make_bank_app", "produce_events",
-           "publish_schemas"]
+__all__ = ["POISON_FILE", "AccountsByOwner", "Balances", "MovementsByBand", "app", "make_bank_app",
+           "make_rekeyed_app", "produce_events", "publish_schemas", "rekeyed_app"]
 
 _NS = uuid.UUID("6f1c2b1e-8a47-4f44-9d1e-3c5b8f0a7e21")
 
@@ -102,12 +102,41 @@ class AccountsByOwner(CategoryProjection):
         view["balance"] += event.amount if isinstance(event, Deposited) else -event.amount
 
 
+class MovementsByBand(RekeyedProjection):
+    """Re-keyed: movements of every account per amount band (``band-0`` for 0-9, ``band-1`` for
+    10-19, ...): how many, their total and the latest time. Deposits of a poisoned amount fail
+    (like :class:`Balances`); movements of amount 0 are ignored (``key_of`` returns None)."""
+
+    name = "movements_by_band"
+    aggregate = Account
+    key = "band"
+    columns = {"movements": int, "total": int, "last_at": _dt.datetime}
+    defaults = {"movements": 0, "total": 0}
+
+    def key_of(self, event: Deposited | Withdrawn, meta: EventMeta) -> str | None:
+        return f"band-{event.amount // 10}" if event.amount else None
+
+    def on_moved(self, view: dict, event: Deposited | Withdrawn, meta: EventMeta) -> None:
+        if isinstance(event, Deposited) and _poisoned(event.amount):
+            raise ValueError(f"poisoned deposit amount {event.amount}")
+        view["movements"] += 1
+        view["total"] += event.amount
+        view["last_at"] = max(view["last_at"] or meta.timestamp, meta.timestamp)
+
+
+def make_rekeyed_app(name: str = "example-bank-rekeyed") -> App:
+    """The example bank with a re-keyed projection (and the per-account balances)."""
+    return App(name, aggregates=[Account], handlers=[AccountHandler],
+               projections=[Balances, MovementsByBand])
+
+
 def make_bank_app(name: str = "example-bank") -> App:
     return App(name, aggregates=[Account], handlers=[AccountHandler],
                projections=[Balances, AccountsByOwner])
 
 
 app = make_bank_app()
+rekeyed_app = make_rekeyed_app()
 
 
 def produce_events(cfg: Any, topic: str, app: App, events: Iterable[tuple[str, object]], *,

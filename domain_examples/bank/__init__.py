@@ -23,6 +23,7 @@ from domain_examples.bank.messages import (
     OpenAccount,
     Withdraw,
 )
+from domain_examples.bank.views import Balances
 
 __all__ = [
     "DEMO_CRASHING_OWNERS",
@@ -32,6 +33,7 @@ __all__ = [
     "AccountHandler",
     "AccountOpened",
     "AuditAccount",
+    "Balances",
     "CloseAccount",
     "ComplianceCheck",
     "ComplianceServiceError",
@@ -43,4 +45,5 @@ __all__ = [
     "app",
 ]
 
-app = App("bank", aggregates=[Account], handlers=[AccountHandler()])
+app = App("bank", aggregates=[Account], handlers=[AccountHandler()],
+          projections=[Balances])

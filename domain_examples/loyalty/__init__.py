@@ -12,10 +12,12 @@ from domain_examples.loyalty.handler import StoreHandler
 from domain_examples.loyalty.messages import PurchaseRecorded, RecordPurchase
 from domain_examples.loyalty.points import CENTS_PER_POINT, points_for
 from domain_examples.loyalty.store import RECENT_INVOICES, Store
+from domain_examples.loyalty.views import CustomerPoints
 
 __all__ = [
     "CENTS_PER_POINT",
     "RECENT_INVOICES",
+    "CustomerPoints",
     "PurchaseRecorded",
     "RecordPurchase",
     "Store",
@@ -24,4 +26,5 @@ __all__ = [
     "points_for",
 ]
 
-app = App("loyalty", aggregates=[Store], handlers=[StoreHandler])
+app = App("loyalty", aggregates=[Store], handlers=[StoreHandler],
+          projections=[CustomerPoints])

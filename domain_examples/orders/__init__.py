@@ -21,9 +21,11 @@ from domain_examples.orders.messages import (
     ShipOrder,
 )
 from domain_examples.orders.order import Order
+from domain_examples.orders.views import CustomerOrders, Orders
 
 __all__ = [
     "CancelOrder",
+    "CustomerOrders",
     "Order",
     "OrderCancelled",
     "OrderHandler",
@@ -32,10 +34,12 @@ __all__ = [
     "OrderPlaced",
     "OrderShipped",
     "OrderStatus",
+    "Orders",
     "PayOrder",
     "PlaceOrder",
     "ShipOrder",
     "app",
 ]
 
-app = App("orders", aggregates=[Order], handlers=[OrderHandler])
+app = App("orders", aggregates=[Order], handlers=[OrderHandler],
+          projections=[Orders, CustomerOrders])

@@ -17,7 +17,14 @@ from projections.local import LocalProjector, records_for
 from projections.records import CategoryWrite, Generations, ViewWrite
 from projections.sqlite_store import SqliteStore
 from projections.store import ProjectionStore, table_base
-from projections.testing import POISON_FILE, AccountsByOwner, Balances, make_bank_app
+from projections.testing import (
+    POISON_FILE,
+    AccountsByOwner,
+    Balances,
+    MovementsByBand,
+    make_bank_app,
+    make_rekeyed_app,
+)
 
 T0 = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
 
@@ -190,3 +197,71 @@ def test_poisoned_event_parks_only_its_aggregate_until_replayed(
 def _views(store: ProjectionStore, app: Any, target: Target) -> list[Any]:
     return [(k, v.values, v.version, v.parked_at)
             for k, v in store.scan_views(target.projection, target.base, target.generation)]
+
+
+# --- re-keyed projections ---------------------------------------------------------------------
+
+
+def _bands(store: ProjectionStore, app: Any) -> list[Any]:
+    p = MovementsByBand()
+    return list(store.scan_views(p, table_base(app.name, p.name), 1))
+
+
+def test_rekeyed_views_fold_every_source_once_and_replays_change_nothing(store: ProjectionStore) -> None:
+    app = make_rekeyed_app("contract-rekeyed")
+    versions: dict[str, int] = {}
+    log = records_for(app, [("a1", AccountOpened("ann")), ("a2", AccountOpened("bob")),
+                            ("a1", Deposited(12)), ("a2", Deposited(15)), ("a1", Withdrawn(3)),
+                            ("a2", Withdrawn(0)), ("a1", Deposited(18)), ("a3", AccountOpened("cy")),
+                            ("a3", Deposited(4))], versions=versions, start=T0)
+    local = LocalProjector(app, store)
+    local.apply(log)
+    reader = ProjectionReader(app, store)
+    assert reader.get("movements_by_band", "band-1") == {
+        "band": "band-1", "movements": 3, "total": 45, "last_at": T0 + dt.timedelta(seconds=6)}
+    assert reader.get("movements_by_band", "band-0")["total"] == 7  # type: ignore[index]
+    assert reader.version("movements_by_band", "band-1") == 3  # events applied to the view
+    assert reader.get("movements_by_band", "band-9") is None
+    stored = store.view(MovementsByBand(), table_base(app.name, "movements_by_band"), 1, "band-1")
+    assert stored is not None and stored.sources == {"a1": 4, "a2": 2}
+    before = _bands(store, app)
+    local.apply(log)
+    local.apply(log[4:])
+    for i in range(0, len(log), 2):
+        local.apply(list(reversed(log[i:i + 2])))
+    assert _bands(store, app) == before
+    more = records_for(app, [("a2", Deposited(11))], versions=versions, start=T0 + dt.timedelta(hours=1))
+    local.apply([*log[-3:], *more, *more])
+    assert reader.get("movements_by_band", "band-1")["total"] == 56  # type: ignore[index]
+
+
+def test_rekeyed_failing_handler_parks_the_view_until_replayed(store: ProjectionStore) -> None:
+    app = make_rekeyed_app("contract-rekeyed")
+    poison = 7927  # band-792
+    versions: dict[str, int] = {}
+    POISON_FILE.write_text(f"{poison}\n")
+    try:
+        local = LocalProjector(app, store, ["movements_by_band"])
+        log = records_for(app, [("a", AccountOpened("ann")), ("b", AccountOpened("bob")),
+                                ("a", Deposited(7920)), ("b", Deposited(poison)),
+                                ("a", Deposited(7921)), ("b", Deposited(5))], versions=versions)
+        local.apply(log)
+        reader = ProjectionReader(app, store)
+        held = reader.get("movements_by_band", "band-792")
+        assert held is not None and held["movements"] == 1  # kept the fold before the failure
+        assert reader.get("movements_by_band", "band-0")["movements"] == 1  # type: ignore[index]
+        letters = [(d.record.aggregate_id, d.record.version, d.reason) for d in local.dead_letters]
+        assert sorted(letters) == [("a", 3, "parked"), ("b", 2, "handler")]
+        local.apply(log)  # a replayed batch parks nothing more, applies nothing twice
+        assert reader.get("movements_by_band", "band-792")["movements"] == 1  # type: ignore[index]
+        target = local.targets[0]
+            # still held: events of both sources (counted per source aggregate)
+        assert replay_dead_letters(store, target, local.dead_letters, app.codec.decode).still_parked == 2
+    finally:
+        POISON_FILE.unlink()
+    assert replay_dead_letters(store, target, local.dead_letters, app.codec.decode).still_parked == 0
+    assert replay_dead_letters(store, target, local.dead_letters, app.codec.decode).still_parked == 0
+    clean = SqliteStore(":memory:")
+    LocalProjector(app, clean, ["movements_by_band"]).apply(log)
+    assert [(k, v.values, v.version, v.parked_at) for k, v in _bands(store, app)] == [
+        (k, v.values, v.version, v.parked_at) for k, v in _bands(clean, app)]

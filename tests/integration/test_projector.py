@@ -24,7 +24,7 @@ from projections.dlq import dead_letter_topic, read_dead_letters
 from projections.job import ProjectorOptions, apply_frame, event_frame
 from projections.local import LocalProjector
 from projections.model import CategoryProjection, projections_of
-from projections.records import EventRecord
+from projections.records import EventRecord, event_record
 from projections.rebuild import rebuild_projection
 from projections.runner import run_projectors
 from projections.store import ProjectionStore, table_base
@@ -73,13 +73,8 @@ class Log:
         return out
 
     def records(self) -> list[EventRecord]:
-        out = []
-        for r in read_to_end(self.cfg, [self.topics.events]):
-            h = {k: v.decode() for k, v in r.headers}
-            out.append(EventRecord(r.key.decode(), h["cqrs.aggregate_type"], h["cqrs.message_type"],
-                                   int(h["cqrs.version"]), r.value, h["cqrs.timestamp"],
-                                   r.partition, r.offset))
-        return out
+        return [event_record(r.key, r.value, r.headers, r.partition, r.offset)
+                for r in read_to_end(self.cfg, [self.topics.events])]
 
     def clean_fold(self) -> SqliteStore:
         oracle = SqliteStore(":memory:")

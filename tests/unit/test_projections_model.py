@@ -156,3 +156,52 @@ def test_category_rows_carry_the_version_of_the_last_applied_event() -> None:
     recs = records_for(app, [("a", AccountOpened("ann")), ("a", Deposited(5)), ("a", AccountClosed(5))])
     out = _fold(recs, projection=AccountsByOwner())  # AccountsByOwner ignores AccountClosed
     assert (out.view.version, out.category.version) == (3, 2)
+
+
+# --- re-keyed projections ---------------------------------------------------------------------
+
+
+def test_a_rekeyed_projection_needs_key_of_and_is_not_a_category() -> None:
+    from projections import RekeyedProjection
+    from projections.model import CategoryProjection
+
+    with pytest.raises(ProjectionDefinitionError, match="key_of"):
+        class NoKey(RekeyedProjection):
+            name = "no_key"
+            aggregate = Account
+            columns = {"n": int}
+
+            def on_dep(self, view: dict, event: Deposited) -> None: ...
+
+    with pytest.raises(ProjectionDefinitionError, match="not both"):
+        class Both(RekeyedProjection, CategoryProjection):
+            name = "both"
+            aggregate = Account
+            columns = {"g": str, "s": int}
+            group_by, order_by = "g", "s"
+
+            def key_of(self, event: Deposited, meta: Any) -> str | None:
+                return "k"
+
+            def on_dep(self, view: dict, event: Deposited) -> None: ...
+
+
+def test_a_bad_view_key_fails_the_batch_naming_the_event() -> None:
+    from projections import LocalProjector, RekeyedProjection, SqliteStore, ViewKeyError, records_for
+    from cqrs.app import App
+    from cqrs.testing.example import AccountHandler
+
+    class ByAmount(RekeyedProjection):
+        name = "by_amount"
+        aggregate = Account
+        columns = {"n": int}
+
+        def key_of(self, event: Deposited, meta: Any) -> str | None:
+            return event.amount  # type: ignore[return-value]  # not a str: the bug under test
+
+        def on_dep(self, view: dict, event: Deposited) -> None: ...
+
+    app = App("bad-key", aggregates=[Account], handlers=[AccountHandler], projections=[ByAmount])
+    local = LocalProjector(app, SqliteStore(":memory:"))
+    with pytest.raises(ViewKeyError, match=r"returned 7 .*'acc-1'"):
+        local.apply(records_for(app, [("acc-1", AccountOpened("ann")), ("acc-1", Deposited(7))]))

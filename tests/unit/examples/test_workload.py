@@ -3,52 +3,10 @@ step the Spark processor runs, wave by wave, so the demo cannot drift from the d
 
 from __future__ import annotations
 
-import collections
-
 import pytest
+from workload_driver import run_script as _run
 
-from cqrs.client import encode_command
-from cqrs.processor import AggregateStep, InputRecord
-from cqrs.topics import topics_for
-from domain_examples import bank, loyalty, orders
-from domain_examples.workload import DEMO_T0, RACE, Scripted, check_answers, bank_script, loyalty_script, orders_script, waves
-
-APPS = {"bank": bank.app, "orders": orders.app, "loyalty": loyalty.app}
-
-
-def _outcome(result: object) -> str:
-    status = result.status  # type: ignore[attr-defined]
-    if status == "rejected":
-        return f"rejected:{result.code}"  # type: ignore[attr-defined]
-    if status == "failed":
-        return f"failed:{result.error_type}"  # type: ignore[attr-defined]
-    return status
-
-
-def _run(script: list[Scripted]) -> list[tuple[Scripted, str]]:
-    app = APPS[script[0].app]
-    topics = topics_for(app.name)
-    step = AggregateStep(app, app.codec, topics)
-    states: dict[str, object] = {}
-    answered: list[tuple[Scripted, str]] = []
-    offset = 0
-    for wave in waves(script):
-        by_aggregate: dict[str, list[tuple[Scripted, InputRecord]]] = collections.defaultdict(list)
-        for s in wave:
-            cid, key, value, headers = encode_command(
-                app, s.aggregate_id, s.command, expected_version=s.expected_version,
-                command_id=s.command_id or f"cmd-{offset}", timestamp=DEMO_T0)
-            by_aggregate[s.aggregate_id].append((s, InputRecord(key, value, headers, 0, offset)))
-            offset += 1
-        for aggregate_id, items in by_aggregate.items():
-            entry, _ = app.model.route(items[0][0].command)
-            new, out = step.run(entry.type_name, aggregate_id, states.get(aggregate_id),
-                                [rec for _, rec in items])
-            if new is not None:
-                states[aggregate_id] = new
-            results = [app.codec.decode(r.value) for r in out if r.topic == topics.results]
-            answered += [(s, _outcome(r)) for (s, _), r in zip(items, results, strict=True)]
-    return answered
+from domain_examples.workload import RACE, Scripted, bank_script, check_answers, loyalty_script, orders_script
 
 
 @pytest.mark.parametrize("script", [bank_script(), orders_script(), loyalty_script()],
