@@ -30,19 +30,26 @@ class KafkaRecord:
     timestamp_ms: int
 
 
+def _base(cfg: CqrsConfig) -> dict[str, Any]:
+    """Options every client shares. librdkafka logs errors only (level 3): its warnings about
+    transient states (a coordinator still loading, a broker restarting) are retried anyway and
+    only clutter the terminal; ``kafka.extra = {log_level = "6"}`` brings them back."""
+    return {"bootstrap.servers": cfg.kafka.bootstrap_servers, "log_level": 3,
+            **cfg.kafka.client_options()}
+
+
 def make_admin(cfg: CqrsConfig) -> Any:
     """An admin client; keep a reference while waiting on its futures."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client_options()})
+    return AdminClient(_base(cfg))
 
 
 def make_producer(cfg: CqrsConfig, **extra: Any) -> Any:
     from confluent_kafka import Producer
 
     return Producer({
-        "bootstrap.servers": cfg.kafka.bootstrap_servers,
-        **cfg.kafka.client_options(),
+        **_base(cfg),
         "enable.idempotence": True,
         "acks": "all",
         "partitioner": "murmur2_random",  # the Java client's partitioner
@@ -55,8 +62,7 @@ def make_consumer(cfg: CqrsConfig, group_id: str | None = None, **extra: Any) ->
     from confluent_kafka import Consumer
 
     return Consumer({
-        "bootstrap.servers": cfg.kafka.bootstrap_servers,
-        **cfg.kafka.client_options(),
+        **_base(cfg),
         "group.id": group_id or f"cqrs-reader-{uuid.uuid4().hex[:12]}",
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",

@@ -197,6 +197,8 @@ class CommandClient:
 
     def flush(self, timeout: float = 30.0) -> int:
         """Wait until Kafka has every command sent so far; the number still queued."""
+        if self._producer is None:
+            return 0  # closed: close() delivered everything already
         return int(self._producer.flush(timeout))
 
     def close(self, timeout: float = 30.0) -> None:
@@ -208,6 +210,7 @@ class CommandClient:
         self._poller.join(timeout=5)
         self._listener.close()
         self._store.close()
+        self._producer = None  # librdkafka lets go of the broker only when the handle is freed
 
     def __enter__(self) -> CommandClient:
         return self
