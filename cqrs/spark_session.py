@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cqrs.config import CqrsConfig
 from cqrs.devstack.artifacts import require_installed
@@ -21,7 +21,7 @@ from cqrs.devstack.artifacts import require_installed
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["connector_jars", "spark_conf", "spark_session"]
+__all__ = ["connector_jars", "spark_conf", "spark_session", "with_trigger"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -101,3 +101,14 @@ def _jvm_output_to(log_file: str | Path | None) -> Iterator[None]:
         os.dup2(saved[1], 2)
         for fd in (*saved, target):
             os.close(fd)
+
+
+def with_trigger(writer: Any, *, available_now: bool = False, interval: str | None = None) -> Any:
+    """``writer`` (a DataStreamWriter) with the framework's trigger choice: everything available
+    now and stop, or a micro-batch every ``interval`` (e.g. "500 milliseconds"), or by default
+    micro-batches back to back."""
+    if available_now:
+        return writer.trigger(availableNow=True)
+    if interval:
+        return writer.trigger(processingTime=interval)
+    return writer

@@ -10,6 +10,7 @@ cleans up what it created (fresh topics, keyspace and checkpoints per run) unles
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import shutil
 import sys
@@ -32,6 +33,8 @@ from domain_examples.workload import (
     check_answers,
     loyalty_script,
     orders_script,
+    outcome_of,
+    waves,
 )
 
 __all__ = ["DemoOptions", "run_demo"]
@@ -116,25 +119,21 @@ class Demo:
     def send_workload(self, clients: dict[str, list[Any]]) -> list[tuple[Scripted, CommandResult]]:
         scripts = [*bank_script(), *orders_script(), *loyalty_script()]
         answered: list[tuple[Scripted, CommandResult]] = []
-        for wave in sorted({s.wave for s in scripts}):
-            batch = [s for s in scripts if s.wave == wave]
+        for batch in waves(scripts):
+            wave = batch[0].wave
             t0 = time.monotonic()
             futures = [clients[s.app][s.client].send(s.aggregate_id, s.command, s.expected_version,
                                                      s.command_id) for s in batch]
             deadline = t0 + self.opts.timeout_s
-            last_report = t0
             while True:
-                done = sum(f.done() for f in futures)
-                now = time.monotonic()
-                if done == len(futures):
+                _, pending = concurrent.futures.wait(
+                    futures, timeout=min(5.0, max(0.0, deadline - time.monotonic())))
+                if not pending:
                     break
-                if now > deadline:
-                    raise TimeoutError(f"wave {wave}: {len(futures) - done} of {len(futures)} "
-                                       f"commands unanswered after {self.opts.timeout_s:.0f} s")
-                if now - last_report > 5:
-                    self.say(f"    wave {wave}: {done}/{len(futures)} answered ...")
-                    last_report = now
-                time.sleep(0.05)
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"wave {wave}: {len(pending)} of {len(futures)} commands "
+                                       f"unanswered after {self.opts.timeout_s:.0f} s")
+                self.say(f"    wave {wave}: {len(futures) - len(pending)}/{len(futures)} answered ...")
             results = [f.result() for f in futures]
             answered += list(zip(batch, results, strict=True))
             outcome = {k: sum(1 for r in results if r.status == k) for k in ("accepted", "rejected", "failed")}
@@ -144,22 +143,15 @@ class Demo:
         return answered
 
     def show_answers(self, answered: list[tuple[Scripted, CommandResult]]) -> None:
-        def outcome(r: CommandResult) -> str:
-            if r.status == "rejected":
-                return f"rejected:{r.code}"
-            if r.status == "failed":
-                return f"failed:{r.error_type}"
-            return r.status
-
         order = list(APP_REFS)
         interesting = sorted(((s, r) for s, r in answered if s.app != "orders" or s.expect != "accepted"),
                              key=lambda sr: (order.index(sr[0].app), sr[0].wave))
         self.table(["app", "aggregate", "command", "note", "answer", "version", "reason"],
-                   [(s.app, s.aggregate_id, type(s.command).__name__, s.note, outcome(r), r.version,
+                   [(s.app, s.aggregate_id, type(s.command).__name__, s.note, outcome_of(r), r.version,
                      r.reason or r.message) for s, r in interesting], max_width=56, right=["version"])
         orders = [r for s, r in answered if s.app == "orders"]
         self.say(f"  (and {sum(r.accepted for r in orders) } accepted orders commands not listed)")
-        problems = check_answers([(s, outcome(r)) for s, r in answered])
+        problems = check_answers([(s, outcome_of(r)) for s, r in answered])
         self.check(not problems, "every command got the answer the script announces"
                    + ("" if not problems else ": " + "; ".join(problems)))
         race = [r for s, r in answered if s.expect == RACE]
@@ -202,14 +194,7 @@ class Demo:
         self.check(got == expected, f"balances in cents are {expected}")
 
         orders = ProjectionReader(apps["orders"], store)
-        items: list[dict[str, Any]] = []
-        token = None
-        while True:
-            page = orders.category("customer_orders", "c-ann", page_size=12, page_token=token)
-            items += page.items
-            token = page.next_token
-            if token is None:
-                break
+        items = [i for page in orders.pages("customer_orders", "c-ann", page_size=12) for i in page.items]
         self.say(f"  orders / customer_orders for c-ann: {len(items)} items in pages of 12, "
                  "the newest five:")
         self.table(list(items[0]), [list(i.values()) for i in items[:5]], max_width=32)

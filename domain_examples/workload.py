@@ -13,9 +13,11 @@ from collections.abc import Iterator
 
 import attrs
 
+from cqrs.results import CommandResult
+
 from domain_examples import bank, loyalty, orders
 
-__all__ = ["DEMO_T0", "RACE", "Scripted", "bank_script", "check_answers", "loyalty_script", "orders_script", "waves"]
+__all__ = ["DEMO_T0", "RACE", "Scripted", "bank_script", "check_answers", "loyalty_script", "orders_script", "outcome_of", "waves"]
 
 RACE = "race"
 DEMO_T0 = _dt.datetime(2026, 11, 2, 9, 0, tzinfo=_dt.timezone.utc)
@@ -127,6 +129,16 @@ def waves(script: list[Scripted]) -> Iterator[list[Scripted]]:
     """The script's commands grouped by wave, in wave order."""
     for wave in sorted({s.wave for s in script}):
         yield [s for s in script if s.wave == wave]
+
+
+def outcome_of(result: CommandResult) -> str:
+    """A result written like :attr:`Scripted.expect`: ``accepted``, ``rejected:<code>`` or
+    ``failed:<error type>``."""
+    if result.status == "rejected":
+        return f"rejected:{result.code}"
+    if result.status == "failed":
+        return f"failed:{result.error_type}"
+    return result.status
 
 
 def check_answers(answered: list[tuple[Scripted, str]]) -> list[str]:

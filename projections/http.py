@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 
 from cqrs.client.json_commands import to_jsonable
 from cqrs.http.context import HttpContext
+from cqrs.http.errors import error_body
 from projections.errors import GenerationError, UnknownProjectionError, WaitTimeoutError
 from projections.model import CategoryProjection, Projection, projections_of
 from projections.query import ProjectionReader
@@ -41,7 +42,7 @@ def describe(projection: Projection) -> dict[str, Any]:
 
 
 def _error(exc: Exception, status: int) -> JSONResponse:
-    return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=status)
+    return JSONResponse(error_body(exc), status_code=status)
 
 
 def routes(ctx: HttpContext) -> APIRouter:

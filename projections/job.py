@@ -21,6 +21,7 @@ import attrs
 
 from cqrs.config import CqrsConfig
 from cqrs.processor.job import header_expr
+from cqrs.spark_session import with_trigger
 from cqrs.topics import topics_for
 from projections.apply import BatchStats, Target, apply_batch
 from projections.dlq import dead_letter_topic, ensure_dead_letter_topic, to_dlq_record
@@ -232,8 +233,4 @@ def start_projector(spark: SparkSession, cfg: CqrsConfig, opts: ProjectorOptions
     writer = (source.writeStream.foreachBatch(batch)
               .option("checkpointLocation", checkpoint_for(cfg, app.name, opts.projection, generation))
               .queryName(f"cqrs-projector-{app.name}-{opts.projection}-g{generation}"))
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    elif opts.trigger_interval:
-        writer = writer.trigger(processingTime=opts.trigger_interval)
-    return writer.start()
+    return with_trigger(writer, available_now=available_now, interval=opts.trigger_interval).start()

@@ -18,7 +18,7 @@ import datetime as _dt
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import attrs
@@ -146,6 +146,16 @@ class ProjectionReader:
                 token = base64.urlsafe_b64encode(raw).decode()
             return Page(items, token)
         return self._read(projection, read)
+
+    def pages(self, projection: str, group: str, *, page_size: int = 20) -> Iterator[Page]:
+        """Every page of ``group``, newest first, following the page tokens."""
+        token: str | None = None
+        while True:
+            page = self.category(projection, group, page_size=page_size, page_token=token)
+            yield page
+            token = page.next_token
+            if token is None:
+                return
 
     @staticmethod
     def _decode_token(projection: str, group: str, kind: type,

@@ -9,6 +9,7 @@ import attrs
 
 from cqrs.cli.tables import render_table
 from cqrs.config import CqrsConfig
+from cqrs.topics import AppTopics, topics_for
 
 __all__ = ["register"]
 
@@ -32,9 +33,8 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     retry.set_defaults(run=_retry)
 
 
-def _topics(cfg: CqrsConfig, app_ref: str):  # type: ignore[no-untyped-def]
+def _topics(cfg: CqrsConfig, app_ref: str) -> AppTopics:
     from cqrs.loading import load_app
-    from cqrs.topics import topics_for
 
     return topics_for(load_app(app_ref).name, cfg.kafka.topic_prefix)
 

@@ -17,6 +17,7 @@ import attrs
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import watermarks
 from cqrs.processor.step import AggregateStep, DedupPolicy, InputRecord
+from cqrs.spark_session import with_trigger
 from cqrs.topics import AppTopics, ensure_topics, topics_for
 
 if TYPE_CHECKING:
@@ -216,8 +217,4 @@ def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions
     writer = (stream.writeStream.format("kafka").options(**cfg.kafka.spark_options())
               .option("checkpointLocation", opts.checkpoint or checkpoint_for(cfg, app.name))
               .queryName(f"cqrs-processor-{app.name}{name_suffix}"))
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    elif opts.trigger_interval:
-        writer = writer.trigger(processingTime=opts.trigger_interval)
-    return writer.start()
+    return with_trigger(writer, available_now=available_now, interval=opts.trigger_interval).start()

@@ -17,7 +17,9 @@ from cqrs.loading import load_app
 from cqrs.processor.job import ProcessorOptions, start_processor
 from cqrs.topics import topics_for
 from domain_examples.loyalty import points_for
-from domain_examples.workload import DEMO_T0, Scripted, bank_script, check_answers, loyalty_script, orders_script
+from domain_examples.workload import (
+    DEMO_T0, Scripted, bank_script, check_answers, loyalty_script, orders_script, outcome_of,
+)
 from projections import LocalProjector, ProjectionReader, SqliteStore
 from projections.model import projections_of
 from projections.records import event_record
@@ -56,7 +58,7 @@ class Example:
                        poll_s=0.5, topic_prefix=self.cfg.kafka.topic_prefix)
         results = {r.command_id: r for r in (self.app.codec.decode(rec.value) for rec in
                                              read_to_end(self.cfg, [self.topics.results]))}
-        return [(s, _outcome(results[cid])) for s, cid in zip(script, ids, strict=True)]
+        return [(s, outcome_of(results[cid])) for s, cid in zip(script, ids, strict=True)]
 
     def store(self) -> ProjectionStore:
         return cached_store(self.cfg)
@@ -79,14 +81,6 @@ class Example:
             assert gen is not None
             out[name] = [(k, v.values, v.version, v.deleted) for k, v in store.scan_views(p, base, gen)]
         return out
-
-
-def _outcome(result: Any) -> str:
-    if result.status == "rejected":
-        return f"rejected:{result.code}"
-    if result.status == "failed":
-        return f"failed:{result.error_type}"
-    return str(result.status)
 
 
 @pytest.fixture
@@ -113,17 +107,9 @@ def test_orders_a_customers_last_30_orders_newest_first(example: Any, spark: Any
     ex = example("domain_examples.orders:app")
     assert check_answers(ex.run(spark, orders_script(ann_orders=40))) == []
     reader = ex.reader()
-    seen: list[dict[str, Any]] = []
-    token = None
-    pages = 0
-    while True:
-        page = reader.category("customer_orders", "c-ann", page_size=8, page_token=token)
-        seen += page.items
-        pages += 1
-        token = page.next_token
-        if token is None:
-            break
-    assert pages == 4
+    pages = list(reader.pages("customer_orders", "c-ann", page_size=8))
+    seen = [o for page in pages for o in page.items]
+    assert len(pages) == 4
     assert [o["order_id"] for o in seen] == [f"ord-ann-{n:02d}" for n in range(39, 9, -1)]
     assert [o["status"] for o in seen[:5]] == ["cancelled", "placed", "placed", "placed", "paid"]
     assert seen[-1]["status"] == "shipped"

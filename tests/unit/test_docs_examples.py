@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -77,8 +78,8 @@ def test_doc_examples_run(path: Path) -> None:
 
 
 _RUNNER = """
-import sys, types
-path, preamble, blocks = sys.argv[1], sys.argv[2], eval(sys.stdin.read())
+import json, sys, types
+path, preamble, blocks = sys.argv[1], sys.argv[2], json.load(sys.stdin)
 module = types.ModuleType("docs_live")
 sys.modules["docs_live"] = module
 exec(compile(preamble, path + ":preamble", "exec"), module.__dict__)
@@ -109,7 +110,7 @@ def test_live_doc_examples_run(cqrs_config: Any, spark: Any, unique_name: str, t
             preamble = PREAMBLE + EXTRA_PREAMBLE.get(path.name, "")
             done = subprocess.run(
                 [sys.executable, "-c", _RUNNER, str(path), preamble],
-                input=repr(_blocks(path, live=True)), capture_output=True, text=True,
+                input=json.dumps(_blocks(path, live=True)), capture_output=True, text=True,
                 timeout=600, env=env, cwd=ROOT)
             assert done.returncode == 0, f"{path.name}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     finally:

@@ -61,14 +61,7 @@ def test_orders_view_and_a_customers_last_30_orders_newest_first() -> None:
     assert last is not None and last["status"] == "cancelled" and last["refund_cents"] == 0
     assert reader.get("orders", "ord-ann-36")["status"] == "placed"  # type: ignore[index]
 
-    seen: list[dict[str, Any]] = []
-    token = None
-    while True:
-        page = reader.category("customer_orders", "c-ann", page_size=7, page_token=token)
-        seen += page.items
-        token = page.next_token
-        if token is None:
-            break
+    seen = [o for page in reader.pages("customer_orders", "c-ann", page_size=7) for o in page.items]
     assert [o["order_id"] for o in seen] == [f"ord-ann-{n:02d}" for n in range(39, 9, -1)]
     assert [o["placed_at"] for o in seen] == sorted((o["placed_at"] for o in seen), reverse=True)
     assert seen[0]["status"] == "cancelled" and seen[-1]["status"] == "shipped"

@@ -10,21 +10,12 @@ from cqrs.client import encode_command
 from cqrs.processor import AggregateStep, InputRecord
 from cqrs.topics import topics_for
 from domain_examples import bank, loyalty, orders
-from domain_examples.workload import DEMO_T0, Scripted, waves
+from domain_examples.workload import DEMO_T0, Scripted, outcome_of, waves
 from projections.records import EventRecord, event_record
 
-__all__ = ["APPS", "outcome", "run_script"]
+__all__ = ["APPS", "run_script"]
 
 APPS = {"bank": bank.app, "orders": orders.app, "loyalty": loyalty.app}
-
-
-def outcome(result: object) -> str:
-    status = result.status  # type: ignore[attr-defined]
-    if status == "rejected":
-        return f"rejected:{result.code}"  # type: ignore[attr-defined]
-    if status == "failed":
-        return f"failed:{result.error_type}"  # type: ignore[attr-defined]
-    return status
 
 
 def run_script(script: list[Scripted],
@@ -52,7 +43,7 @@ def run_script(script: list[Scripted],
             if new is not None:
                 states[aggregate_id] = new
             results = [app.codec.decode(r.value) for r in out if r.topic == topics.results]
-            answered += [(s, outcome(r)) for (s, _), r in zip(items, results, strict=True)]
+            answered += [(s, outcome_of(r)) for (s, _), r in zip(items, results, strict=True)]
             if events is not None:
                 events += [event_record(r.key, r.value, r.headers, 0, len(events) + i)
                            for i, r in enumerate(r for r in out if r.topic == topics.events)]
