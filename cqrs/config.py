@@ -233,7 +233,12 @@ class ProjectionSettings:
         "LOCAL_QUORUM", "CQRS_PROJECTIONS_WRITE_CONSISTENCY", "Cassandra consistency of writes.",
     )
     concurrency: int = setting(
-        128, "CQRS_PROJECTIONS_CONCURRENCY", "Cassandra statements in flight per Spark task.",
+        128, "CQRS_PROJECTIONS_CONCURRENCY", "Cassandra requests in flight per Spark task.",
+    )
+    rows_per_request: int = setting(
+        32, "CQRS_PROJECTIONS_ROWS_PER_REQUEST",
+        "View rows per Cassandra request: reads use IN on keys, writes unlogged batches, both "
+        "grouped by replica; 1: one request per row.",
     )
     max_events_per_trigger: int = setting(
         200000, "CQRS_PROJECTIONS_MAX_EVENTS_PER_TRIGGER", "Cap on events per projector micro-batch.",

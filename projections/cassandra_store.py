@@ -2,6 +2,11 @@
 ``USING TIMESTAMP`` derived from the aggregate version (see :mod:`projections.records`), so a
 replayed write never overrides a newer one and changes nothing when it repeats one.
 
+Rows travel ``[projections] rows_per_request`` to a request: view reads as ``IN`` queries on the
+key, writes as unlogged batches, each request holding keys of one replica set only (the driver's
+token map decides), so no coordinator fans out. A request per row costs the Python driver about
+0.2 ms of CPU; a request of 32 rows about 1 ms.
+
 Keyspace, replication, consistency levels, authentication and TLS come from the configuration;
 the keyspace and tables are created when missing.
 """
@@ -48,9 +53,15 @@ class CassandraStore(ProjectionStore):
         from cassandra.auth import PlainTextAuthProvider
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
         from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+        from cassandra.query import tuple_factory
 
         self.keyspace = keyspace or cassandra.keyspace
         self.concurrency = settings.concurrency
+        if settings.rows_per_request < 1:
+            raise ProjectionStoreError(
+                f"[projections] rows_per_request = {settings.rows_per_request}: use 1 (a request "
+                "per row) or more")
+        self.rows_per_request = settings.rows_per_request
         try:
             read_cl = ConsistencyLevel.name_to_value[settings.read_consistency.upper()]
             self._write_cl = ConsistencyLevel.name_to_value[settings.write_consistency.upper()]
@@ -61,7 +72,10 @@ class CassandraStore(ProjectionStore):
             ) from None
         profile = ExecutionProfile(
             load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(cassandra.local_dc)),
-            consistency_level=read_cl, request_timeout=30)
+            consistency_level=read_cl, request_timeout=30,
+            # rows as plain tuples: the default builds a namedtuple class per result set, which
+            # was 7 % of a projector worker's time
+            row_factory=tuple_factory)
         kwargs: dict[str, Any] = {}
         if cassandra.username:
             kwargs["auth_provider"] = PlainTextAuthProvider(cassandra.username, cassandra.password)
@@ -123,6 +137,44 @@ class CassandraStore(ProjectionStore):
             raise ProjectionStoreError(f"Cassandra statement {stmt.query_string!r} failed: {exc}") from exc
         return [r for _, r in results]
 
+    def _groups(self, keys: Sequence[str]) -> list[list[int]]:
+        """Indices of ``keys`` (partition keys, text) in groups of at most ``rows_per_request``,
+        each group's keys owned by the same replicas."""
+        n = self.rows_per_request
+        if n == 1:
+            return [[i] for i in range(len(keys))]
+        by_replicas: dict[Any, list[int]] = {}
+        metadata = self._cluster.metadata
+        for i, key in enumerate(keys):
+            replicas = metadata.get_replicas(self.keyspace, key.encode())
+            by_replicas.setdefault(tuple(sorted(h.host_id for h in replicas)), []).append(i)
+        return [idx[j:j + n] for idx in by_replicas.values() for j in range(0, len(idx), n)]
+
+    def _write_rows(self, stmt: Any, keys: Sequence[str], params: Sequence[Sequence[Any]]) -> None:
+        """``stmt`` once per row of ``params`` (``keys``: each row's partition key)."""
+        from cassandra.query import BatchStatement, BatchType
+
+        if self.rows_per_request == 1:
+            self._concurrent(stmt, params)
+            return
+        batches = []
+        for group in self._groups(keys):
+            batch = BatchStatement(BatchType.UNLOGGED, consistency_level=self._write_cl)
+            for i in group:
+                batch.add(stmt, params[i])
+            batches.append(batch)
+        self._concurrent_statements(batches)
+
+    def _concurrent_statements(self, statements: Sequence[Any]) -> list[Any]:
+        from cassandra.concurrent import execute_concurrent
+
+        try:
+            results = execute_concurrent(self._session, [(s, ()) for s in statements],
+                                         concurrency=self.concurrency, raise_on_first_error=True)
+        except Exception as exc:
+            raise ProjectionStoreError(f"a batch of Cassandra writes failed: {exc}") from exc
+        return [r for _, r in results]
+
     def _execute(self, cql: str, params: Sequence[Any] = ()) -> Any:
         try:
             return self._session.execute(cql, params)
@@ -158,7 +210,7 @@ class CassandraStore(ProjectionStore):
     def generations(self, base: str) -> Generations:
         row = self._execute("SELECT current, building FROM cqrs_generations WHERE base = %s",
                             (base,)).one()
-        return Generations(row.current, row.building) if row else Generations(None, None)
+        return Generations(row[0], row[1]) if row else Generations(None, None)
 
     def set_generations(self, base: str, generations: Generations) -> None:
         self._execute("INSERT INTO cqrs_generations (base, current, building) VALUES (%s, %s, %s)",
@@ -185,9 +237,15 @@ class CassandraStore(ProjectionStore):
     def read_views(self, projection: Projection, base: str, generation: int,
                    keys: Sequence[str]) -> dict[str, StoredView]:
         views, _ = table_names(base, generation)
-        stmt = self._prepare(self._select_views(projection, views) + f" WHERE {_q(projection.key)} = ?")
+        select = self._select_views(projection, views)
+        if self.rows_per_request == 1:
+            stmt = self._prepare(select + f" WHERE {_q(projection.key)} = ?")
+            params: list[tuple[Any]] = [(k,) for k in keys]
+        else:
+            stmt = self._prepare(select + f" WHERE {_q(projection.key)} IN ?")
+            params = [([keys[i] for i in group],) for group in self._groups(keys)]
         found: dict[str, StoredView] = {}
-        for rows in self._concurrent(stmt, [(k,) for k in keys]):
+        for rows in self._concurrent(stmt, params):
             for row in rows:
                 found[row[0]] = self._stored(projection, row)
         return found
@@ -208,9 +266,9 @@ class CassandraStore(ProjectionStore):
             marks = ", ".join("?" * (len(cat_names) + 3))
             stmt = self._prepare(f"INSERT INTO {ct} ({cols}) VALUES ({marks}) USING TIMESTAMP ?",
                                  write=True)
-            self._concurrent(stmt, [(c.group, c.sort, c.aggregate_id,
-                                     *self._values(projection, c.values), c.version, c.deleted,
-                                     c.timestamp) for c in category])
+            self._write_rows(stmt, [c.group for c in category],
+                             [(c.group, c.sort, c.aggregate_id, *self._values(projection, c.values),
+                               c.version, c.deleted, c.timestamp) for c in category])
         plain = [v for v in views if v.mode == "normal"]
         marked = [v for v in views if v.mode != "normal"]
         if plain:
@@ -218,16 +276,18 @@ class CassandraStore(ProjectionStore):
             marks = ", ".join("?" * (len(names) + 1))
             stmt = self._prepare(f"INSERT INTO {vt} ({cols}) VALUES ({marks}) USING TIMESTAMP ?",
                                  write=True)
-            self._concurrent(stmt, [(v.key, *self._values(projection, v.values), *meta(v),
-                                     v.timestamp) for v in plain])
+            self._write_rows(stmt, [v.key for v in plain],
+                             [(v.key, *self._values(projection, v.values), *meta(v), v.timestamp)
+                              for v in plain])
         if marked:
             cols = ", ".join([_q(projection.key), *names, "cqrs_parked_at"])
             marks = ", ".join("?" * (len(names) + 2))
             stmt = self._prepare(f"INSERT INTO {vt} ({cols}) VALUES ({marks}) USING TIMESTAMP ?",
                                  write=True)
-            self._concurrent(stmt, [(v.key, *self._values(projection, v.values), *meta(v),
-                                     v.parked_at if v.mode == "park" else None,
-                                     v.timestamp) for v in marked])
+            self._write_rows(stmt, [v.key for v in marked],
+                             [(v.key, *self._values(projection, v.values), *meta(v),
+                               v.parked_at if v.mode == "park" else None, v.timestamp)
+                              for v in marked])
 
     def trim(self, projection: CategoryProjection, base: str, generation: int,
              groups: Sequence[str]) -> None:
@@ -239,7 +299,7 @@ class CassandraStore(ProjectionStore):
         for group, rows in zip(groups, self._concurrent(select, [(g,) for g in groups]), strict=True):
             for row in list(rows)[projection.keep:]:
                 doomed.append((4 * (row[2] or 0), group, row[0], row[1]))
-        self._concurrent(delete, doomed)
+        self._write_rows(delete, [d[1] for d in doomed], doomed)
 
     def save_positions(self, base: str, generation: int, positions: dict[int, int]) -> None:
         stmt = self._prepare("INSERT INTO cqrs_positions (base, generation, partition, next_offset) "
@@ -249,7 +309,7 @@ class CassandraStore(ProjectionStore):
     def positions(self, base: str, generation: int) -> dict[int, int]:
         rows = self._execute("SELECT partition, next_offset FROM cqrs_positions WHERE base = %s "
                              "AND generation = %s", (base, generation))
-        return {r.partition: r.next_offset for r in rows}
+        return {partition: offset for partition, offset in rows}
 
     # --- the readers' side -------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pytest
 
 from cqrs.testing.example import AccountClosed, AccountOpened, Deposited, Withdrawn
@@ -29,7 +30,10 @@ from projections.testing import (
 T0 = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("cassandra", marks=pytest.mark.integration)])
+# Cassandra twice: rows grouped into requests (3 a request, so the tests' few rows still make
+# several groups) and one request per row.
+@pytest.fixture(params=["sqlite", pytest.param("cassandra", marks=pytest.mark.integration),
+                        pytest.param("cassandra-row-per-request", marks=pytest.mark.integration)])
 def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[ProjectionStore]:
     if request.param == "sqlite":
         s: ProjectionStore = SqliteStore(tmp_path / "views.sqlite")
@@ -38,7 +42,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[ProjectionS
 
         cfg = request.getfixturevalue("cqrs_config")
         keyspace = request.getfixturevalue("unique_keyspace")
-        s = CassandraStore(cfg.cassandra, cfg.projections, keyspace=keyspace)
+        rows = 1 if request.param == "cassandra-row-per-request" else 3
+        settings = attrs.evolve(cfg.projections, rows_per_request=rows)
+        s = CassandraStore(cfg.cassandra, settings, keyspace=keyspace)
     yield s
     s.close()
 
