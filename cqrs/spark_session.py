@@ -24,6 +24,13 @@ if TYPE_CHECKING:
 __all__ = ["connector_jars", "spark_conf", "spark_session", "with_trigger"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+FS_CHECKPOINT_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
+
+
+def _is_local_path(location: str) -> bool:
+    """Whether a checkpoint location is on the local disk (a path or a file: URL)."""
+    return "://" not in location or location.startswith("file:")
 
 
 def connector_jars(cfg: CqrsConfig) -> list[str]:
@@ -56,6 +63,12 @@ def spark_conf(cfg: CqrsConfig) -> dict[str, str]:
         conf["spark.driver.bindAddress"] = "127.0.0.1"
     if cfg.spark.use_local_jars:
         conf["spark.jars"] = ",".join(connector_jars(cfg))
+    if _is_local_path(cfg.spark.checkpoint_dir):
+        # Spark's default (FileContext) renames each checkpoint file through Hadoop's local
+        # file system, which forks `readlink` for every rename when the native Hadoop library
+        # is absent: hundreds of forks of the driver JVM a minute. The FileSystem-based manager
+        # renames with java.io.File; both are atomic on a local disk.
+        conf["spark.sql.streaming.checkpointFileManagerClass"] = FS_CHECKPOINT_MANAGER
     conf.update(cfg.spark.conf)
     return conf
 

@@ -13,7 +13,7 @@ from cqrs.config import load_config
 from cqrs.devstack.artifacts import component_dir, is_installed, pinned_versions, require_installed
 from cqrs.devstack.process import ServiceProcess
 from cqrs.errors import DevStackError
-from cqrs.spark_session import ROCKSDB_PROVIDER, spark_conf
+from cqrs.spark_session import FS_CHECKPOINT_MANAGER, ROCKSDB_PROVIDER, spark_conf
 
 
 def test_versions_are_pinned_in_the_pom_and_match_pyspark() -> None:
@@ -46,6 +46,18 @@ def test_spark_options_rocksdb_changelog_and_user_overrides(tmp_path: Path) -> N
     assert "spark.jars" not in conf  # a cluster that has the connector needs no local jars
     with pytest.raises(DevStackError, match="cqrs dev install"):
         spark_conf(load_config(env={"CQRS_HOME": str(tmp_path)}))
+
+
+def test_local_checkpoints_use_the_file_system_checkpoint_manager(tmp_path: Path) -> None:
+    def conf(checkpoint_dir: str) -> dict[str, str]:
+        return spark_conf(load_config(env={"CQRS_SPARK_USE_LOCAL_JARS": "false",
+                                           "CQRS_SPARK_CHECKPOINT_DIR": checkpoint_dir}))
+
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    assert conf(str(tmp_path))[key] == FS_CHECKPOINT_MANAGER
+    assert conf(f"file://{tmp_path}")[key] == FS_CHECKPOINT_MANAGER
+    assert key not in conf("hdfs://namenode/cqrs")  # Spark's default elsewhere
+    assert key not in conf("s3a://bucket/cqrs")
 
 
 def test_process_is_tracked_and_stopped_by_pid_only(tmp_path: Path) -> None:
