@@ -125,24 +125,27 @@ class CassandraStore(ProjectionStore):
         return stmt
 
     def _concurrent(self, stmt: Any, params: Sequence[Sequence[Any]]) -> list[Any]:
-        from cassandra.concurrent import execute_concurrent_with_args
+        """``stmt`` once per row of ``params``, concurrently; the results in order."""
+        return self._concurrent_statements([(stmt, p) for p in params],
+                                           f"Cassandra statement {stmt.query_string!r}")
 
-        if not params:
+    def _concurrent_statements(self, statements: Sequence[tuple[Any, Sequence[Any]]],
+                               what: str) -> list[Any]:
+        from cassandra.concurrent import execute_concurrent
+
+        if not statements:
             return []
         try:
-            results = execute_concurrent_with_args(self._session, stmt, params,
-                                                   concurrency=self.concurrency,
-                                                   raise_on_first_error=True)
+            results = execute_concurrent(self._session, statements, concurrency=self.concurrency,
+                                         raise_on_first_error=True)
         except Exception as exc:
-            raise ProjectionStoreError(f"Cassandra statement {stmt.query_string!r} failed: {exc}") from exc
+            raise ProjectionStoreError(f"{what} failed: {exc}") from exc
         return [r for _, r in results]
 
     def _groups(self, keys: Sequence[str]) -> list[list[int]]:
         """Indices of ``keys`` (partition keys, text) in groups of at most ``rows_per_request``,
         each group's keys owned by the same replicas."""
         n = self.rows_per_request
-        if n == 1:
-            return [[i] for i in range(len(keys))]
         by_replicas: dict[Any, list[int]] = {}
         metadata = self._cluster.metadata
         for i, key in enumerate(keys):
@@ -162,18 +165,8 @@ class CassandraStore(ProjectionStore):
             batch = BatchStatement(BatchType.UNLOGGED, consistency_level=self._write_cl)
             for i in group:
                 batch.add(stmt, params[i])
-            batches.append(batch)
-        self._concurrent_statements(batches)
-
-    def _concurrent_statements(self, statements: Sequence[Any]) -> list[Any]:
-        from cassandra.concurrent import execute_concurrent
-
-        try:
-            results = execute_concurrent(self._session, [(s, ()) for s in statements],
-                                         concurrency=self.concurrency, raise_on_first_error=True)
-        except Exception as exc:
-            raise ProjectionStoreError(f"a batch of Cassandra writes failed: {exc}") from exc
-        return [r for _, r in results]
+            batches.append((batch, ()))
+        self._concurrent_statements(batches, f"a batch of {stmt.query_string!r}")
 
     def _execute(self, cql: str, params: Sequence[Any] = ()) -> Any:
         try:

@@ -9,21 +9,17 @@ from cqrs.processor.job import HEADER_POSITIONS, header_expr
 SCHEMA = "id int, headers array<struct<key: string, value: binary>>"
 
 
-def _headers(*pairs: tuple[str, bytes | None]) -> list[tuple[str, bytes | None]]:
-    return list(pairs)
-
-
 def test_reads_the_first_matching_header_wherever_it_is(spark: Any) -> None:
     from pyspark.sql import functions as F
 
     far = [(f"x-{i}", b"pad") for i in range(HEADER_POSITIONS + 3)]
     rows = [
-        (1, _headers(("a", b"1"), ("wanted", b"first"), ("wanted", b"second"))),
-        (2, _headers(("a", b"1"))),  # missing
+        (1, [("a", b"1"), ("wanted", b"first"), ("wanted", b"second")]),
+        (2, [("a", b"1")]),  # missing
         (3, []),
         (4, None),
         (5, [*far, ("wanted", b"far back")]),  # beyond the positional CASE: the fallback
-        (6, _headers(("wanted", None))),
+        (6, [("wanted", None)]),
     ]
     frame = spark.createDataFrame(rows, SCHEMA)
     got = {r.id: r.v for r in frame.select(
