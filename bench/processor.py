@@ -1,197 +1,306 @@
-"""Benchmark of the command processor, end to end on the real stack. Prints figures.
+"""Benchmark of the command processor, end to end on the real stack, with its floor and its
+peers measured in the same invocation on the same box. Prints figures; never a test.
 
-    python bench/processor.py                       # both throughput runs and the latency run
-    python bench/processor.py --aggregates 1000 --commands 100000 --no-latency
+    python bench/processor.py                       # ours, the Spark floor, the eventsourcing peer
+    python bench/processor.py --with-kstreams       # ... then the Kafka Streams peer too
+    python bench/processor.py --aggregates 1000 10000 100000 1000000 --no-latency --no-floor --no-peers
+    python bench/processor.py --aggregates 1000 --commands 5000 --seconds 5   # a short check
 
-Throughput: the processor runs as a streaming query (micro-batches back to back); every
-aggregate is opened first (warm-up, not timed); then ``--commands`` deposits spread evenly over
-the aggregates are produced as fast as possible; the figure is commands / (time from the first
-command produced to the last result readable in the results topic).
+Ours, throughput (``--aggregates``, ``--commands``): the processor runs as a streaming query
+(micro-batches back to back); every aggregate is opened first (warm-up, not timed); the
+deposits (deposit n to aggregate ``n % N``, amount ``1 + n % 100``) are encoded before the
+clock starts, then produced as fast as possible; the figure is commands / (first command
+produced -> last result readable in the results topic). ``--commands`` defaults to 100,000,
+or to the number of aggregates when that is larger (1,000,000 aggregates: 1,000,000 deposits).
+Peak RSS of the Spark JVM and its Python workers is sampled from /proc during each run.
 
-Latency: commands offered at a fixed rate (``--rate``, default 500/s) for ``--seconds``; the
-round trip of each is the time from its produce call to its result being consumed.
+Ours, latency (``--rate``, ``--seconds``): commands offered at a fixed rate (default 500/s for
+30 s) over 1,000 aggregates; round trip = produce call -> result consumed; p50, p99, max.
 
-Needs the local stack (``cqrs dev up``) or CQRS_* settings naming one. Uses fresh topics.
+The Spark floor (``--floor``, default on; ``bench/floor.py``): a stateless Kafka -> Kafka
+query copying the commands topic to another (key, value, headers), and the same with a Python
+identity ``mapInArrow`` in the middle; the latency case at the same rate as ours, and the
+throughput of copying ``--commands`` commands.
+
+The Python peer (``--peers``, default on; ``bench/peers.py``): the ``eventsourcing`` library
+with its SQLite and its in-memory (POPO) persistence on the same bank job, each in a fresh
+process after our Spark session has stopped (``--peer-aggregates``, default 1,000 and 100,000).
+
+The Kafka Streams peer (``--with-kstreams``; ``bench/kstreams.py``): its ``./run-bench.sh``
+after everything else (never at the same time as ours), its figures read from its JSON lines.
+
+At the end: a Markdown table with every figure, its ratio to ours and the load average before
+each run; the figures as JSON in ``bench/results/<timestamp>.json``; and with ``--plot``
+(default on) PNGs under ``docs/img/`` (``bench/report.py`` redraws them from a JSON file).
+
+Needs the local stack (``cqrs dev up``) or CQRS_* settings naming one, and the ``bench`` extra
+(``pip install -e '.[test,bench]'``). Uses fresh topics.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
+import json
 import os
 import platform
-import statistics
 import sys
-import threading
 import time
-import uuid
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cqrs.client import encode_command  # noqa: E402
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
-from cqrs.kafka_io import make_consumer, make_producer  # noqa: E402
 from cqrs.processor.job import ProcessorOptions, start_processor  # noqa: E402
 from cqrs.spark_session import spark_session  # noqa: E402
 from cqrs.testing.example import Deposit, OpenAccount  # noqa: E402
 from cqrs.testing.example_app import app  # noqa: E402
-from cqrs.topics import AppTopics, ensure_topics, topics_for  # noqa: E402
+from cqrs.topics import AppTopics  # noqa: E402
+
+from floor import floor_latency, floor_name, floor_throughput  # noqa: E402
+from harness import (  # noqa: E402
+    Encoded, ResultWatcher, announce, encode_all, fresh_topics, latency_summary,
+    produce, timeout_for,
+)
+from kstreams import DEFAULT_DIR as KSTREAMS_DIR  # noqa: E402
+from kstreams import kstreams_rows, run_kstreams  # noqa: E402
+from procmem import MachineCpu, SparkMemorySampler  # noqa: E402
+from report import (  # noqa: E402
+    DEFAULT_IMG_DIR, DEFAULT_RESULTS_DIR, OURS, plot_all, summary_table, write_results,
+)
 
 APP_REF = "cqrs.testing.example_app:app"
+LATENCY_AGGREGATES = 1000
+
+Row = dict[str, Any]
 
 
-class ResultWatcher(threading.Thread):
-    """Consumes the results topic and records when each command id's result arrived."""
-
-    def __init__(self, cfg: CqrsConfig, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.consumer = make_consumer(cfg)
-        self.consumer.subscribe([topic])
-        self.arrived: dict[bytes, float] = {}
-        self.lock = threading.Lock()
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.is_set():
-            for msg in self.consumer.consume(num_messages=5000, timeout=0.2):
-                if msg.error() is None:
-                    now = time.monotonic()
-                    with self.lock:
-                        self.arrived.setdefault(msg.key(), now)
-        self.consumer.close()
-
-    def wait_for(self, ids: list[bytes], timeout_s: float, label: str) -> float:
-        deadline = time.monotonic() + timeout_s
-        last_report = 0.0
-        while time.monotonic() < deadline:
-            with self.lock:
-                missing = sum(1 for i in ids if i not in self.arrived)
-                if missing == 0:
-                    return max(self.arrived[i] for i in ids)
-            if time.monotonic() - last_report > 10:
-                print(f"  {label}: {len(ids) - missing}/{len(ids)} results", flush=True)
-                last_report = time.monotonic()
-            time.sleep(0.2)
-        raise SystemExit(f"{label}: {missing} of {len(ids)} results missing after {timeout_s:.0f} s")
+def commands_for(aggregates: int, commands: int | None) -> int:
+    """``--commands``, or by default 100,000 and at least one per aggregate."""
+    return commands if commands is not None else max(100_000, aggregates)
 
 
-def produce(cfg: CqrsConfig, topics: AppTopics, commands: list[tuple[str, object]],
-            sent_at: dict[bytes, float] | None = None, rate: float | None = None) -> list[bytes]:
-    producer = make_producer(cfg, **{"linger.ms": 20, "batch.size": 1_000_000})
-    ids: list[bytes] = []
-    started = time.monotonic()
-    for n, (aggregate_id, command) in enumerate(commands):
-        if rate is not None:
-            pause = started + n / rate - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-        cid, key, value, headers = encode_command(app, aggregate_id, command)
-        while True:
-            try:
-                producer.produce(topics.commands, key=key, value=value, headers=headers)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if sent_at is not None:
-            sent_at[cid.encode()] = time.monotonic()
-        ids.append(cid.encode())
-        if n % 1000 == 0:
-            producer.poll(0)
-    producer.flush(60)
-    return ids
+def deposits(aggregates: int, commands: int) -> list[tuple[str, object]]:
+    return [(f"acc-{n % aggregates}", Deposit(1 + n % 100)) for n in range(commands)]
 
 
 @contextlib.contextmanager
-def running_processor(cfg: CqrsConfig, spark: object, aggregates: int) -> Iterator[tuple[AppTopics, ResultWatcher, object]]:
+def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int) -> Iterator[tuple[AppTopics, ResultWatcher, Any]]:
     """Fresh topics, a results watcher and a running processor with every account opened."""
-    prefix = f"bench-{uuid.uuid4().hex[:8]}-"
-    topics = topics_for(app.name, prefix)
-    ensure_topics(cfg, topics)
+    topics = fresh_topics(cfg, app.name, "processor")
     watcher = ResultWatcher(cfg, topics.results)
     watcher.start()
-    opts = ProcessorOptions(APP_REF, topics=topics,
-                            checkpoint=cfg.spark.checkpoint_location("bench", prefix + "processor"))
-    query = start_processor(spark, cfg, opts)
+    checkpoint = cfg.spark.checkpoint_location("bench", topics.commands.replace(".", "-"))
+    query = start_processor(spark, cfg, ProcessorOptions(APP_REF, topics=topics, checkpoint=checkpoint))
     try:
+        opened = encode_all(app, [(f"acc-{a}", OpenAccount(f"owner {a}")) for a in range(aggregates)])
         print(f"warm-up: opening {aggregates:,} accounts", flush=True)
-        opened = produce(cfg, topics, [(f"acc-{a}", OpenAccount(f"owner {a}")) for a in range(aggregates)])
-        watcher.wait_for(opened, 900, "warm-up")
+        started = time.monotonic()
+        produce(cfg, topics.commands, opened)
+        watcher.wait_for([r.cid for r in opened], timeout_for(aggregates), "warm-up", query)
+        del opened  # a million encoded commands hold ~2 GB
+        print(f"warm-up: done in {time.monotonic() - started:.1f} s", flush=True)
         yield topics, watcher, query
     finally:
         query.stop()
-        watcher.stopped.set()
+        watcher.stop()
 
 
-def throughput(cfg: CqrsConfig, spark: object, aggregates: int, commands: int) -> float:
-    with running_processor(cfg, spark, aggregates) as (topics, watcher, query):
-        work = [(f"acc-{n % aggregates}", Deposit(1 + n % 100)) for n in range(commands)]
-        print(f"timed: {commands:,} deposits over {aggregates:,} aggregates", flush=True)
+def throughput(cfg: CqrsConfig, spark: Any, aggregates: int, commands: int) -> Row:
+    load = announce(f"{OURS}: throughput, {commands:,} deposits over {aggregates:,} aggregates")
+    started = time.monotonic()
+    work = encode_all(app, deposits(aggregates, commands))
+    print(f"encoded {commands:,} deposits in {time.monotonic() - started:.1f} s (before the clock)", flush=True)
+    with SparkMemorySampler() as mem, running_processor(cfg, spark, aggregates) as (topics, watcher, query):
+        cpu = MachineCpu()
         started = time.monotonic()
-        ids = produce(cfg, topics, work)
+        produce(cfg, topics.commands, work)
         produced = time.monotonic() - started
-        last = watcher.wait_for(ids, 1800, "timed")
-        elapsed = last - started
-        rate = commands / elapsed
-        print(f"RESULT throughput aggregates={aggregates} commands={commands} "
-              f"seconds={elapsed:.1f} commands_per_s={rate:,.0f} (producing took {produced:.1f} s)",
-              flush=True)
-        report_batches(query)
-        return rate
+        last = watcher.wait_for([r.cid for r in work], timeout_for(commands, 1800), "timed", query)
+        machine = cpu.percent()
+        batches = batch_report(query)
+    elapsed = last - started
+    rate = commands / elapsed
+    peak = mem.peak()
+    print(f"RESULT throughput aggregates={aggregates} commands={commands} seconds={elapsed:.1f} "
+          f"commands_per_s={rate:,.0f} (producing took {produced:.1f} s) peak RSS MiB: "
+          f"JVM {peak.jvm_mib:,.0f}, workers {peak.workers_mib:,.0f} ({peak.workers})", flush=True)
+    return {"system": OURS, "kind": "throughput", "aggregates": aggregates, "commands": commands,
+            "seconds": round(elapsed, 3), "commands_per_s": round(rate), "produce_seconds": round(produced, 3),
+            "loadavg": load, "machine_pct": machine, "memory": peak.as_dict(), "batches": batches}
 
 
-def report_batches(query: object) -> None:
-    """Where the micro-batches spent their time (Spark's own progress reports)."""
-    batches = [p for p in query.recentProgress if p.get("numInputRows")]  # type: ignore[attr-defined]
+def batch_report(query: Any) -> dict[str, Any]:
+    """Where the micro-batches spent their time (Spark's own progress reports); printed too."""
+    batches = [p for p in query.recentProgress if p.get("numInputRows")]
     if not batches:
-        return
+        return {}
     phases: dict[str, float] = {}
     for p in batches:
         for phase, ms in p.get("durationMs", {}).items():
             phases[phase] = phases.get(phase, 0.0) + ms
     rows = sum(p["numInputRows"] for p in batches)
-    print(f"  {len(batches)} batches, {rows / len(batches):,.0f} commands per batch; total ms by phase: "
+    print(f"  {len(batches)} batches with input, {rows / len(batches):,.0f} rows per batch; total ms by phase: "
           + ", ".join(f"{k}={v:,.0f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])),
           flush=True)
+    return {"count": len(batches), "rows_per_batch": round(rows / len(batches)), "ms_by_phase": phases}
 
 
-def latency(cfg: CqrsConfig, spark: object, rate: float, seconds: float, aggregates: int) -> tuple[float, float]:
-    with running_processor(cfg, spark, aggregates) as (topics, watcher, _):
-        total = int(rate * seconds)
-        print(f"offering {rate:.0f} commands/s for {seconds:.0f} s ({total:,} commands)", flush=True)
+def latency(cfg: CqrsConfig, spark: Any, rate: float, seconds: float) -> Row:
+    load = announce(f"{OURS}: latency, {rate:.0f}/s for {seconds:.0f} s over {LATENCY_AGGREGATES:,} aggregates")
+    total = int(rate * seconds)
+    work: list[Encoded] = encode_all(app, [(f"acc-{n % LATENCY_AGGREGATES}", Deposit(1)) for n in range(total)])
+    with SparkMemorySampler() as mem, running_processor(cfg, spark, LATENCY_AGGREGATES) as (topics, watcher, query):
+        cpu = MachineCpu()
         sent_at: dict[bytes, float] = {}
-        ids = produce(cfg, topics, [(f"acc-{n % aggregates}", Deposit(1)) for n in range(total)],
-                      sent_at=sent_at, rate=rate)
-        watcher.wait_for(ids, 600, "latency")
-        rtt = sorted(watcher.arrived[i] - sent_at[i] for i in ids)
-        p50 = statistics.median(rtt)
-        p99 = rtt[int(len(rtt) * 0.99) - 1]
-        print(f"RESULT latency rate={rate:.0f}/s commands={total} p50_s={p50:.3f} p99_s={p99:.3f} "
-              f"max_s={rtt[-1]:.3f}", flush=True)
-        return p50, p99
+        produce(cfg, topics.commands, work, sent_at=sent_at, rate=rate)
+        ids = [r.cid for r in work]
+        watcher.wait_for(ids, timeout_for(total, 600), "latency", query)
+        rtt = [watcher.arrived[i] - sent_at[i] for i in ids]
+        machine = cpu.percent()
+    stats = latency_summary(rtt)
+    print(f"RESULT latency rate={rate:.0f}/s commands={total} p50_s={stats['p50_s']:.3f} "
+          f"p99_s={stats['p99_s']:.3f} max_s={stats['max_s']:.3f}", flush=True)
+    return {"system": OURS, "kind": "latency", "rate_per_s": rate, "seconds": seconds,
+            "aggregates": LATENCY_AGGREGATES, "commands": total, **stats,
+            "rtt_s": [round(x, 4) for x in rtt], "loadavg": load, "machine_pct": machine,
+            "memory": mem.peak().as_dict()}
 
 
-def main() -> None:
+def attempt(rows: list[Row], system: str, kind: str, run: Callable[[], Row | list[Row]],
+            **context: Any) -> None:
+    """Run one measurement; a failure becomes a row with its error and the rest goes on (the
+    processor may be mid-rewrite: the floor and the peers still measure)."""
+    try:
+        got = run()
+    except Exception as exc:  # noqa: BLE001 - reported, and the other runs go on
+        traceback.print_exc()
+        print(f"FAILED {system} {kind}: {exc}", flush=True)
+        rows.append({"system": system, "kind": kind, "error": f"{type(exc).__name__}: {exc}", **context})
+        return
+    rows.extend(got if isinstance(got, list) else [got])
+
+
+def peer_rows(rows: list[Row], aggregates: list[int], commands: int | None, snapshot_interval: int) -> None:
+    from peers import run_peer_process
+
+    for persistence in ("sqlite", "popo"):
+        for n in aggregates:
+            m = commands_for(n, commands)
+            system = f"eventsourcing {persistence}"
+
+            def run(persistence: str = persistence, n: int = n, m: int = m, system: str = system) -> Row:
+                load = announce(f"{system}: throughput, {m:,} deposits over {n:,} aggregates")
+                row = run_peer_process(persistence, n, m, snapshot_interval)
+                print(f"RESULT {system} aggregates={n} commands={m} seconds={row['seconds']:.1f} "
+                      f"commands_per_s={row['commands_per_s']:,} (opening took {row['open_seconds']:.1f} s)",
+                      flush=True)
+                return {**row, "loadavg": load}
+
+            attempt(rows, system, "throughput", run, aggregates=n, commands=m)
+
+
+def kstreams_run(peer_dir: Path) -> list[Row]:
+    load = announce(f"kafka streams: {peer_dir}/run-bench.sh (its own Kafka on 29092; ~2 min)")
+    records = run_kstreams(peer_dir)
+    if not records:
+        raise RuntimeError("./run-bench.sh printed no result line")
+    return kstreams_rows(records, load)
+
+
+def machine_summary(cfg: CqrsConfig) -> dict[str, Any]:
+    summary = (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+               f"Spark {cfg.spark.master}, {cfg.spark.shuffle_partitions} state partitions, "
+               f"{cfg.kafka.default_partitions} topic partitions")
+    return {"summary": summary, "cores": os.cpu_count(), "python": platform.python_version(),
+            "spark_master": cfg.spark.master, "state_partitions": cfg.spark.shuffle_partitions,
+            "topic_partitions": cfg.kafka.default_partitions}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--aggregates", type=int, nargs="*", default=[1000, 100_000])
-    parser.add_argument("--commands", type=int, default=100_000)
-    parser.add_argument("--rate", type=float, default=500.0)
-    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--aggregates", type=int, nargs="*", default=[1000, 100_000],
+                        help="our throughput runs, one per count (default: 1000 100000)")
+    parser.add_argument("--commands", type=int, default=None,
+                        help="deposits per throughput run (default: 100,000, at least one per aggregate)")
+    parser.add_argument("--rate", type=float, default=500.0, help="offered commands/s of the latency runs")
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of the latency runs")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--no-throughput", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--ours", action=argparse.BooleanOptionalAction, default=True,
+                        help="our processor's runs (default: on; --no-ours measures only the others)")
+    parser.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
+                        help="the stateless Spark Kafka -> Kafka queries (default: on)")
+    parser.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                        help="the eventsourcing library, SQLite and POPO (default: on; throughput "
+                             "runs, so --no-throughput skips them too)")
+    parser.add_argument("--peer-aggregates", type=int, nargs="*", default=[1000, 100_000])
+    parser.add_argument("--peer-snapshot-interval", type=int, default=0,
+                        help="eventsourcing snapshots every N events (default 0: none; see bench/peers.py)")
+    parser.add_argument("--with-kstreams", action="store_true",
+                        help="run the Kafka Streams peer's ./run-bench.sh after everything else")
+    parser.add_argument("--kstreams-dir", type=Path, default=KSTREAMS_DIR)
+    parser.add_argument("--plot", action=argparse.BooleanOptionalAction, default=True,
+                        help="PNG plots from the figures (default: on)")
+    parser.add_argument("--img-dir", type=Path, default=DEFAULT_IMG_DIR)
+    parser.add_argument("--results-dir", type=Path, default=DEFAULT_RESULTS_DIR)
+    return parser.parse_args(argv)
 
-    cfg = load_config()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"Spark master {cfg.spark.master}, {cfg.spark.shuffle_partitions} state partitions, "
-          f"{cfg.kafka.default_partitions} topic partitions", flush=True)
+
+def spark_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) -> None:
+    """Ours, then the floor, in one Spark session, stopped at the end (the peers run after)."""
     spark = spark_session(cfg, "cqrs-bench-processor")
-    if not args.no_throughput:
-        for aggregates in args.aggregates:
-            throughput(cfg, spark, aggregates, args.commands)
-    if not args.no_latency:
-        latency(cfg, spark, args.rate, args.seconds, aggregates=1000)
+    latency_context = {"aggregates": LATENCY_AGGREGATES, "rate_per_s": args.rate, "seconds": args.seconds}
+    try:
+        if args.ours and not args.no_throughput:
+            for aggregates in args.aggregates:
+                m = commands_for(aggregates, args.commands)
+                attempt(rows, OURS, "throughput", partial(throughput, cfg, spark, aggregates, m),
+                        aggregates=aggregates, commands=m)
+        if args.ours and not args.no_latency:
+            attempt(rows, OURS, "latency", partial(latency, cfg, spark, args.rate, args.seconds),
+                    **latency_context)
+        if not args.floor:
+            return
+        for arrow in (False, True):
+            if not args.no_latency:
+                attempt(rows, floor_name(arrow), "latency",
+                        partial(floor_latency, cfg, spark, rate=args.rate, seconds=args.seconds,
+                                aggregates=LATENCY_AGGREGATES, arrow=arrow), **latency_context)
+            if not args.no_throughput:
+                m = commands_for(LATENCY_AGGREGATES, args.commands)
+                attempt(rows, floor_name(arrow), "throughput",
+                        partial(floor_throughput, cfg, spark, commands=m, aggregates=LATENCY_AGGREGATES,
+                                arrow=arrow), aggregates=LATENCY_AGGREGATES, commands=m)
+    finally:
+        spark.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    cfg = load_config()
+    meta: dict[str, Any] = {"started": dt.datetime.now().isoformat(timespec="seconds"), "machine": machine_summary(cfg),
+            "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+    print(f"machine: {meta['machine']['summary']}", flush=True)
+    rows: list[Row] = []
+    if (args.ours or args.floor) and not (args.no_throughput and args.no_latency):
+        spark_rows(cfg, args, rows)
+    if args.peers and not args.no_throughput:
+        peer_rows(rows, args.peer_aggregates, args.commands, args.peer_snapshot_interval)
+    if args.with_kstreams:
+        attempt(rows, "kafka streams", "run", partial(kstreams_run, args.kstreams_dir))
+    print("\n## Summary\n\n" + summary_table(rows) + "\n", flush=True)
+    path = write_results(meta, rows, args.results_dir)
+    print(f"figures: {path}", flush=True)
+    if args.plot:
+        for png in plot_all(json.loads(path.read_text()), args.img_dir):
+            print(f"plot: {png}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,183 @@
+"""What every Kafka-driven run of ``bench/processor.py`` shares: commands encoded ahead of time,
+a producer that only produces, a consumer that notes when each answer arrived, the round-trip
+statistics and the state of the machine before a run.
+
+Not a test and not part of the framework: imported by the bench scripts only.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from cqrs.app import App
+from cqrs.client import encode_command
+from cqrs.config import CqrsConfig
+from cqrs.kafka_io import make_consumer, make_producer
+from cqrs.topics import AppTopics, ensure_topics, topics_for
+
+__all__ = [
+    "Encoded", "ResultWatcher", "announce", "command_id_header", "encode_all", "fresh_topics",
+    "latency_summary", "produce", "timeout_for",
+]
+
+COMMAND_ID_HEADER = "cqrs.command_id"
+
+
+@attrs.frozen
+class Encoded:
+    """One command as it goes on the wire; ``cid`` is how its answer is recognised."""
+
+    cid: bytes
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+def encode_all(app: App, commands: Iterable[tuple[str, object]]) -> list[Encoded]:
+    """Every command encoded by the client's own function, before any clock starts."""
+    out = []
+    for aggregate_id, command in commands:
+        cid, key, value, headers = encode_command(app, aggregate_id, command)
+        out.append(Encoded(cid.encode(), key, value, list(headers)))
+    return out
+
+
+def fresh_topics(cfg: CqrsConfig, app_name: str, label: str) -> AppTopics:
+    """The app's topics under a new prefix (created with the framework's settings)."""
+    prefix = f"bench-{label}-{uuid.uuid4().hex[:8]}-"
+    topics = topics_for(app_name, prefix)
+    ensure_topics(cfg, topics)
+    return topics
+
+
+def timeout_for(count: int, floor_s: float = 900.0, per_s: float = 200.0) -> float:
+    """How long to wait for ``count`` answers: generous, growing with the count (1M aggregates
+    take tens of minutes at a few hundred commands/s)."""
+    return max(floor_s, count / per_s)
+
+
+def command_id_header(msg: Any) -> bytes | None:
+    """The command id a copied command carries in its headers (the floor's copy topic)."""
+    for name, value in msg.headers() or ():
+        if name == COMMAND_ID_HEADER:
+            return value
+    return None
+
+
+def result_key(msg: Any) -> bytes | None:
+    """The command id of a result: the results topic's key."""
+    return msg.key()
+
+
+class ResultWatcher(threading.Thread):
+    """Consumes one topic and notes when the answer to each command id first arrived.
+
+    ``key_of`` finds the command id in a record (the key for results, a header for copies).
+    """
+
+    def __init__(self, cfg: CqrsConfig, topic: str,
+                 key_of: Callable[[Any], bytes | None] = result_key) -> None:
+        super().__init__(daemon=True)
+        self.consumer = make_consumer(cfg)
+        self.consumer.subscribe([topic])
+        self.key_of = key_of
+        self.arrived: dict[bytes, float] = {}
+        self.pending: set[bytes] = set()
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            for msg in self.consumer.consume(num_messages=5000, timeout=0.2):
+                if msg.error() is not None:
+                    continue
+                now = time.monotonic()
+                key = self.key_of(msg)
+                if key is None:
+                    continue
+                with self.lock:
+                    if key not in self.arrived:
+                        self.arrived[key] = now
+                        self.pending.discard(key)
+        self.consumer.close()
+
+    def expect(self, ids: Iterable[bytes]) -> None:
+        """Note ids to wait for (those already arrived are not): waiting then only counts the
+        pending set, never scans every id."""
+        with self.lock:
+            self.pending.update(i for i in ids if i not in self.arrived)
+
+    def wait_for(self, ids: Sequence[bytes], timeout_s: float, label: str,
+                 query: Any | None = None) -> float:
+        """Wait until every id's answer arrived; the arrival time of the last one. With a
+        streaming ``query``, fail as soon as it has stopped (instead of waiting out the timeout)."""
+        self.expect(ids)
+        deadline = time.monotonic() + timeout_s
+        last_report = time.monotonic()
+        while True:
+            with self.lock:
+                missing = len(self.pending)
+            if missing == 0:
+                break
+            if query is not None and not query.isActive:
+                raise RuntimeError(f"{label}: the streaming query stopped with {missing:,} results "
+                                   f"missing: {query.exception()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{label}: {missing:,} of {len(ids):,} results missing after {timeout_s:.0f} s")
+            if time.monotonic() - last_report > 10:
+                print(f"  {label}: {len(ids) - missing:,}/{len(ids):,} results", flush=True)
+                last_report = time.monotonic()
+            time.sleep(0.1)
+        with self.lock:
+            return max(self.arrived[i] for i in ids)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(10)
+
+
+def produce(cfg: CqrsConfig, topic: str, records: Sequence[Encoded],
+            sent_at: dict[bytes, float] | None = None, rate: float | None = None) -> None:
+    """Produce already-encoded records: only ``produce()`` calls (and the pacing of a fixed
+    rate) happen here. ``sent_at`` gets each command id's produce-call time."""
+    producer = make_producer(cfg, **{"linger.ms": 20, "batch.size": 1_000_000})
+    started = time.monotonic()
+    for n, rec in enumerate(records):
+        if rate is not None:
+            pause = started + n / rate - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+        if sent_at is not None:
+            sent_at[rec.cid] = time.monotonic()
+        while True:
+            try:
+                producer.produce(topic, key=rec.key, value=rec.value, headers=rec.headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if n % 1000 == 0:
+            producer.poll(0)
+    producer.flush(60)
+
+
+def latency_summary(rtt_s: Sequence[float]) -> dict[str, float]:
+    """p50, p99 (``sorted[int(n * 0.99) - 1]``, as every bench here and the Kafka Streams
+    peer compute it) and max of round trips in seconds."""
+    ordered = sorted(rtt_s)
+    return {"p50_s": statistics.median(ordered), "p99_s": ordered[max(0, int(len(ordered) * 0.99) - 1)],
+            "max_s": ordered[-1]}
+
+
+def announce(label: str) -> list[float]:
+    """Print the load average before a run; returns it (1, 5, 15 min) for the run's row."""
+    load = [round(x, 2) for x in os.getloadavg()]
+    print(f"\n== {label} (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})", flush=True)
+    return load
