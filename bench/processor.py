@@ -45,6 +45,7 @@ import datetime as dt
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 import traceback
@@ -76,6 +77,7 @@ from report import (  # noqa: E402
 )
 
 APP_REF = "cqrs.testing.example_app:app"
+ROOT = Path(__file__).resolve().parents[1]
 LATENCY_AGGREGATES = 1000
 
 Row = dict[str, Any]
@@ -214,6 +216,26 @@ def kstreams_run(peer_dir: Path) -> list[Row]:
     return kstreams_rows(records, load)
 
 
+def code_version() -> dict[str, Any]:
+    """The commit measured, whether the framework's code differed from it, and the versions of
+    the libraries (a figure belongs to a code state)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    versions = {}
+    for package in ("pyspark", "pyarrow", "confluent-kafka", "eventsourcing", "matplotlib"):
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            versions[package] = None
+    return {"commit": git("rev-parse", "--short", "HEAD"),
+            "framework_modified": bool(git("status", "--porcelain", "--", "cqrs", "projections")),
+            "versions": versions}
+
+
 def machine_summary(cfg: CqrsConfig) -> dict[str, Any]:
     summary = (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
                f"Spark {cfg.spark.master}, {cfg.spark.shuffle_partitions} state partitions, "
@@ -286,8 +308,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     cfg = load_config()
     meta: dict[str, Any] = {"started": dt.datetime.now().isoformat(timespec="seconds"), "machine": machine_summary(cfg),
+                            "code": code_version(),
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
-    print(f"machine: {meta['machine']['summary']}", flush=True)
+    print(f"machine: {meta['machine']['summary']}; code {meta['code']['commit']}"
+          f"{' (framework modified)' if meta['code']['framework_modified'] else ''}", flush=True)
     rows: list[Row] = []
     if (args.ours or args.floor) and not (args.no_throughput and args.no_latency):
         spark_rows(cfg, args, rows)

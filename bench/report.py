@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OURS", "plot_all", "summary_table", "write_results"]
+__all__ = ["OURS", "plot_all", "results_json", "summary_table", "write_results"]
 
 OURS = "cqrs"
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,8 +120,16 @@ def write_results(meta: dict[str, Any], rows: Sequence[Row], results_dir: Path =
     """``<results_dir>/<timestamp>.json`` with the invocation's settings and every row."""
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({**meta, "rows": list(rows)}, indent=1) + "\n")
+    path.write_text(results_json(meta, rows))
     return path
+
+
+def results_json(meta: dict[str, Any], rows: Sequence[Row]) -> str:
+    """JSON with one line per setting and per row (a latency row holds every round trip:
+    one number per line would make a file of tens of thousands of lines)."""
+    head = [f" {json.dumps(key)}: {json.dumps(value)}," for key, value in meta.items() if key != "rows"]
+    body = ",\n".join(f"  {json.dumps(row)}" for row in rows)
+    return "{\n" + "\n".join(head) + '\n "rows": [\n' + body + "\n ]\n}\n"
 
 
 # ---------------------------------------------------------------------------------- plots
