@@ -27,6 +27,7 @@ __all__ = [
     "CqrsConfig",
     "DevSettings",
     "KafkaSettings",
+    "ProcessorSettings",
     "ProjectionSettings",
     "SparkSettings",
     "load_config",
@@ -255,6 +256,31 @@ class ProjectionSettings:
 
 
 @attrs.frozen
+class ProcessorSettings:
+    state_cache_aggregates: int = setting(
+        100000, "CQRS_PROCESSOR_STATE_CACHE",
+        "Aggregates whose state each Python worker keeps between micro-batches (0: none); a "
+        "cached state is used only while the worker saw its partition's previous commands.",
+    )
+    read_consistency: str = setting(
+        "LOCAL_QUORUM", "CQRS_PROCESSOR_READ_CONSISTENCY",
+        "Cassandra consistency of aggregate-state reads.",
+    )
+    write_consistency: str = setting(
+        "LOCAL_QUORUM", "CQRS_PROCESSOR_WRITE_CONSISTENCY",
+        "Cassandra consistency of aggregate-state writes.",
+    )
+    concurrency: int = setting(
+        64, "CQRS_PROCESSOR_CONCURRENCY", "Cassandra requests in flight per Spark task.",
+    )
+    rows_per_request: int = setting(
+        32, "CQRS_PROCESSOR_ROWS_PER_REQUEST",
+        "Aggregate-state rows per Cassandra request (IN reads, unlogged batches); 1: a request "
+        "per row.",
+    )
+
+
+@attrs.frozen
 class CqrsConfig:
     kafka: KafkaSettings = attrs.field(factory=KafkaSettings)
     cassandra: CassandraSettings = attrs.field(factory=CassandraSettings)
@@ -262,6 +288,7 @@ class CqrsConfig:
     dev: DevSettings = attrs.field(factory=DevSettings)
     client: ClientSettings = attrs.field(factory=ClientSettings)
     projections: ProjectionSettings = attrs.field(factory=ProjectionSettings)
+    processor: ProcessorSettings = attrs.field(factory=ProcessorSettings)
 
     def with_overrides(self, **sections: Mapping[str, Any]) -> CqrsConfig:
         """A copy with some settings replaced: ``cfg.with_overrides(kafka={"bootstrap_servers": ...})``."""
@@ -282,6 +309,7 @@ _SECTIONS: dict[str, type] = {
     "dev": DevSettings,
     "client": ClientSettings,
     "projections": ProjectionSettings,
+    "processor": ProcessorSettings,
 }
 
 

@@ -24,6 +24,11 @@ class AppTopics:
     dead_letters: str
     schemas: str = SCHEMAS_TOPIC
 
+    @property
+    def base(self) -> str:
+        """``<prefix><app>``: what names the app's other stores (e.g. its aggregate-state table)."""
+        return self.commands.removesuffix(".commands")
+
 
 def topics_for(app_name: str, prefix: str = "") -> AppTopics:
     """The topics of an app; ``prefix`` (setting ``kafka.topic_prefix``) separates environments

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -49,130 +48,34 @@ class CassandraStore(ProjectionStore):
 
     def __init__(self, cassandra: CassandraSettings, settings: ProjectionSettings,
                  keyspace: str | None = None) -> None:
-        from cassandra import ConsistencyLevel
-        from cassandra.auth import PlainTextAuthProvider
-        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-        from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
-        from cassandra.query import tuple_factory
+        from cqrs.cassandra_io import CassandraSession
 
-        self.keyspace = keyspace or cassandra.keyspace
-        self.concurrency = settings.concurrency
-        if settings.rows_per_request < 1:
-            raise ProjectionStoreError(
-                f"[projections] rows_per_request = {settings.rows_per_request}: use 1 (a request "
-                "per row) or more")
-        self.rows_per_request = settings.rows_per_request
-        try:
-            read_cl = ConsistencyLevel.name_to_value[settings.read_consistency.upper()]
-            self._write_cl = ConsistencyLevel.name_to_value[settings.write_consistency.upper()]
-        except KeyError as exc:
-            raise ProjectionStoreError(
-                f"unknown Cassandra consistency level {exc.args[0]!r} in [projections]; use e.g. "
-                "ONE, LOCAL_QUORUM, QUORUM"
-            ) from None
-        profile = ExecutionProfile(
-            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(cassandra.local_dc)),
-            consistency_level=read_cl, request_timeout=30,
-            # rows as plain tuples: the default builds a namedtuple class per result set, which
-            # was 7 % of a projector worker's time
-            row_factory=tuple_factory)
-        kwargs: dict[str, Any] = {}
-        if cassandra.username:
-            kwargs["auth_provider"] = PlainTextAuthProvider(cassandra.username, cassandra.password)
-        if cassandra.ssl_ca_location:
-            import ssl
-
-            context = ssl.create_default_context(cafile=cassandra.ssl_ca_location)
-            kwargs["ssl_context"] = context
-        try:
-            from cassandra.io.libevreactor import LibevConnection
-            kwargs["connection_class"] = LibevConnection
-        except ImportError:  # the asyncore/asyncio default works, slower
-            pass
-        self._cluster = Cluster(cassandra.contact_points(), port=cassandra.port,
-                                execution_profiles={EXEC_PROFILE_DEFAULT: profile}, **kwargs)
-        try:
-            self._session = self._cluster.connect()
-            self._session.execute(f"CREATE KEYSPACE IF NOT EXISTS {_q(self.keyspace)} WITH "
-                                  f"replication = {cassandra.replication}")
-            self._session.set_keyspace(self.keyspace)
-            for ddl in ("CREATE TABLE IF NOT EXISTS cqrs_generations (base text PRIMARY KEY, "
-                        "current int, building int)",
-                        "CREATE TABLE IF NOT EXISTS cqrs_positions (base text, generation int, "
-                        "partition int, next_offset bigint, PRIMARY KEY ((base, generation), "
-                        "partition))"):
-                self._session.execute(ddl)
-        except Exception as exc:
-            self._cluster.shutdown()
-            raise ProjectionStoreError(
-                f"cannot use Cassandra at {cassandra.hosts}:{cassandra.port} keyspace "
-                f"{self.keyspace!r}: {exc}; is it running (`cqrs dev status`)?"
-            ) from exc
-        self._prepared: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        self._cassandra = CassandraSession(
+            cassandra, keyspace=keyspace, read_consistency=settings.read_consistency,
+            write_consistency=settings.write_consistency, concurrency=settings.concurrency,
+            rows_per_request=settings.rows_per_request,
+            error=lambda msg: ProjectionStoreError(f"[projections] {msg}"))
+        self.keyspace = self._cassandra.keyspace
+        for ddl in ("CREATE TABLE IF NOT EXISTS cqrs_generations (base text PRIMARY KEY, "
+                    "current int, building int)",
+                    "CREATE TABLE IF NOT EXISTS cqrs_positions (base text, generation int, "
+                    "partition int, next_offset bigint, PRIMARY KEY ((base, generation), "
+                    "partition))"):
+            self._execute(ddl)
 
     # --- helpers --------------------------------------------------------------------------------
 
     def _prepare(self, cql: str, write: bool = False) -> Any:
-        with self._lock:
-            stmt = self._prepared.get(cql)
-        if stmt is None:
-            stmt = self._session.prepare(cql)
-            if write:
-                stmt.consistency_level = self._write_cl
-            with self._lock:
-                self._prepared[cql] = stmt
-        return stmt
+        return self._cassandra.prepare(cql, write)
 
     def _concurrent(self, stmt: Any, params: Sequence[Sequence[Any]]) -> list[Any]:
-        """``stmt`` once per row of ``params``, concurrently; the results in order."""
-        return self._concurrent_statements([(stmt, p) for p in params],
-                                           f"Cassandra statement {stmt.query_string!r}")
-
-    def _concurrent_statements(self, statements: Sequence[tuple[Any, Sequence[Any]]],
-                               what: str) -> list[Any]:
-        from cassandra.concurrent import execute_concurrent
-
-        if not statements:
-            return []
-        try:
-            results = execute_concurrent(self._session, statements, concurrency=self.concurrency,
-                                         raise_on_first_error=True)
-        except Exception as exc:
-            raise ProjectionStoreError(f"{what} failed: {exc}") from exc
-        return [r for _, r in results]
-
-    def _groups(self, keys: Sequence[str]) -> list[list[int]]:
-        """Indices of ``keys`` (partition keys, text) in groups of at most ``rows_per_request``,
-        each group's keys owned by the same replicas."""
-        n = self.rows_per_request
-        by_replicas: dict[Any, list[int]] = {}
-        metadata = self._cluster.metadata
-        for i, key in enumerate(keys):
-            replicas = metadata.get_replicas(self.keyspace, key.encode())
-            by_replicas.setdefault(tuple(sorted(h.host_id for h in replicas)), []).append(i)
-        return [idx[j:j + n] for idx in by_replicas.values() for j in range(0, len(idx), n)]
+        return self._cassandra.concurrent(stmt, params)
 
     def _write_rows(self, stmt: Any, keys: Sequence[str], params: Sequence[Sequence[Any]]) -> None:
-        """``stmt`` once per row of ``params`` (``keys``: each row's partition key)."""
-        from cassandra.query import BatchStatement, BatchType
-
-        if self.rows_per_request == 1:
-            self._concurrent(stmt, params)
-            return
-        batches = []
-        for group in self._groups(keys):
-            batch = BatchStatement(BatchType.UNLOGGED, consistency_level=self._write_cl)
-            for i in group:
-                batch.add(stmt, params[i])
-            batches.append((batch, ()))
-        self._concurrent_statements(batches, f"a batch of {stmt.query_string!r}")
+        self._cassandra.write_rows(stmt, keys, params)
 
     def _execute(self, cql: str, params: Sequence[Any] = ()) -> Any:
-        try:
-            return self._session.execute(cql, params)
-        except Exception as exc:
-            raise ProjectionStoreError(f"Cassandra statement {cql!r} failed: {exc}") from exc
+        return self._cassandra.execute(cql, params)
 
     @staticmethod
     def _values(projection: Projection, values: dict[str, Any] | None) -> list[Any]:
@@ -230,18 +133,8 @@ class CassandraStore(ProjectionStore):
     def read_views(self, projection: Projection, base: str, generation: int,
                    keys: Sequence[str]) -> dict[str, StoredView]:
         views, _ = table_names(base, generation)
-        select = self._select_views(projection, views)
-        if self.rows_per_request == 1:
-            stmt = self._prepare(select + f" WHERE {_q(projection.key)} = ?")
-            params: list[tuple[Any]] = [(k,) for k in keys]
-        else:
-            stmt = self._prepare(select + f" WHERE {_q(projection.key)} IN ?")
-            params = [([keys[i] for i in group],) for group in self._groups(keys)]
-        found: dict[str, StoredView] = {}
-        for rows in self._concurrent(stmt, params):
-            for row in rows:
-                found[row[0]] = self._stored(projection, row)
-        return found
+        rows = self._cassandra.read_in(self._select_views(projection, views), projection.key, keys)
+        return {row[0]: self._stored(projection, row) for row in rows}
 
     def write(self, projection: Projection, base: str, generation: int,
               category: Sequence[CategoryWrite], views: Sequence[ViewWrite]) -> None:
@@ -323,10 +216,7 @@ class CassandraStore(ProjectionStore):
                       group: str, limit: int) -> list[CategoryRow]:
         _, ct = table_names(base, generation)
         stmt = self._prepare(self._select_category(projection, ct) + " WHERE grp = ? LIMIT ?")
-        try:
-            rows = self._session.execute(stmt, (group, limit))
-        except Exception as exc:
-            raise ProjectionStoreError(f"reading group {group!r} of {ct}: {exc}") from exc
+        rows = self._cassandra.execute(stmt, (group, limit))
         return [self._category_row(projection, r) for r in rows]
 
     def scan_views(self, projection: Projection, base: str,
@@ -348,9 +238,9 @@ class CassandraStore(ProjectionStore):
         """Drop this store's keyspace with every generation in it (for throw-away keyspaces:
         tests, the demo), then close the store."""
         try:
-            self._session.execute(f"DROP KEYSPACE IF EXISTS {_q(self.keyspace)}")
+            self._execute(f"DROP KEYSPACE IF EXISTS {_q(self.keyspace)}")
         finally:
             self.close()
 
     def close(self) -> None:
-        self._cluster.shutdown()
+        self._cassandra.close()

@@ -40,8 +40,6 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     serve.add_argument("app", help="the App, as module:attribute")
     serve.add_argument("--host", default=None, help="address to listen on (default: client.http_host)")
     serve.add_argument("--port", type=int, default=None, help="port (default: client.http_port)")
-    serve.add_argument("--checkpoint", default=None,
-                       help="processor checkpoint for state reads (default: the processor's)")
     serve.add_argument("--routes", action="append", default=[], metavar="MODULE:FACTORY",
                        help="add routes from a factory routes(ctx) -> APIRouter (repeatable), "
                        "e.g. projection read models")
@@ -98,7 +96,7 @@ def _run_serve(cfg: CqrsConfig, args: argparse.Namespace) -> int:
         from projections.http import routes as projection_routes  # the CLI sees both sides
 
         extra.insert(0, projection_routes)
-    ctx = HttpContext(app, cfg, checkpoint=args.checkpoint)
+    ctx = HttpContext(app, cfg)
     api = create_http_app(ctx, extra)
     host = args.host or cfg.client.http_host
     port = args.port if args.port is not None else cfg.client.http_port

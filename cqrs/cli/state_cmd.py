@@ -22,10 +22,10 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     get.add_argument("aggregate_id", help="the aggregate id (the commands' Kafka key)")
     get.add_argument("--type", dest="aggregate_type", default=None,
                      help="aggregate type name, needed when the id exists under several types")
-    get.add_argument("--checkpoint", help="processor checkpoint (default: "
-                     "<checkpoint_dir>/<app>/processor)")
-    get.add_argument("--batch", type=int, default=None,
-                     help="read the state as of this committed micro-batch (default: the last)")
+    get.add_argument("--version", type=int, default=None, dest="min_version",
+                     help="wait until the aggregate is at this version or later")
+    get.add_argument("--timeout", type=float, default=10.0,
+                     help="seconds to wait for --version (default 10)")
     get.set_defaults(run=_run_get)
 
     rebuild = commands.add_parser(
@@ -48,17 +48,14 @@ def state_as_json(state: Any) -> str:
 
 def _run_get(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     from cqrs.loading import load_app
-    from cqrs.processor.job import checkpoint_for
-    from cqrs.processor.state import read_state
-    from cqrs.spark_session import spark_session
+    from cqrs.processor.state import StateReader
 
     app = load_app(args.app)
-    checkpoint = args.checkpoint or checkpoint_for(cfg, app.name)
-    spark = spark_session(cfg, f"cqrs-state-{app.name}")
-    state = read_state(spark, cfg, app, checkpoint, args.aggregate_id, args.aggregate_type,
-                       batch_id=args.batch)
+    with StateReader(app, cfg) as states:
+        state = states.get(args.aggregate_id, args.aggregate_type, min_version=args.min_version,
+                           timeout=args.timeout)
     if state is None:
-        print(f"no state for aggregate {args.aggregate_id!r} in {checkpoint}", file=sys.stderr)
+        print(f"no state for aggregate {args.aggregate_id!r} of app {app.name!r}", file=sys.stderr)
         return 1
     print(state_as_json(state))
     return 0

@@ -1,4 +1,4 @@
-"""``/aggregates/{id}``: an aggregate's current version and state (processor checkpoint)."""
+"""``/aggregates/{id}``: an aggregate's current version and state (the aggregate-state table)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,18 @@ def routes(ctx: HttpContext) -> APIRouter:
     @router.get("/{aggregate_id}", summary="an aggregate's version and state")
     async def get_state(aggregate_id: str,
                         type: str | None = Query(None, description="aggregate type name, when "  # noqa: A002
-                                                 "the id exists under several types")) -> Any:
+                                                 "the id exists under several types"),
+                        version: int | None = Query(None, ge=0, description="wait until the "
+                                                    "aggregate is at this version or later "
+                                                    "(read-your-writes)"),
+                        timeout: float = Query(10.0, gt=0, le=60, description="seconds to wait "
+                                               "for `version`")) -> Any:
         if type is not None and type not in ctx.app.model.aggregates:
             return JSONResponse({"error": "UnknownAggregateType", "message":
                                  f"aggregate type {type!r} is not in app {ctx.app.name!r}; "
                                  f"known: {sorted(ctx.app.model.aggregates)}"}, status_code=404)
-        state = await run_in_threadpool(lambda: ctx.states.get(aggregate_id, type))
+        state = await run_in_threadpool(lambda: ctx.states.get(
+            aggregate_id, type, min_version=version, timeout=timeout))
         if state is None:
             return JSONResponse({"error": "UnknownAggregate", "message":
                                  f"no aggregate {aggregate_id!r} in the processor's state (not "

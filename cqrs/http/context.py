@@ -46,12 +46,11 @@ class HttpContext:
     """Built once per server. The command client and the state reader start on first use, so
     bad requests are answered without touching Kafka or Spark."""
 
-    def __init__(self, app: App, cfg: CqrsConfig, *, checkpoint: str | None = None,
+    def __init__(self, app: App, cfg: CqrsConfig, *,
                  client: CommandClient | None = None, states: StateReader | None = None,
                  recent_capacity: int = 10_000) -> None:
         self.app = app
         self.cfg = cfg
-        self.checkpoint = checkpoint
         self.recent = RecentCommands(recent_capacity)
         self._client = client
         self._states = states
@@ -71,7 +70,7 @@ class HttpContext:
     def states(self) -> StateReader:
         with self._lock:
             if self._states is None:
-                self._states = StateReader(self.app, self.cfg, checkpoint=self.checkpoint)
+                self._states = StateReader(self.app, self.cfg)
             return self._states
 
     def close(self) -> None:

@@ -22,15 +22,15 @@ log = logging.getLogger("cqrs.http")
 
 def status_of(exc: BaseException) -> int:
     """The HTTP status of a framework error."""
-    from cqrs.processor.state import CheckpointNotFoundError
+    from cqrs.processor.state import StateReadError, StateTimeoutError
 
     if isinstance(exc, UnknownCommandTypeError):
         return 404
     if isinstance(exc, (CommandDataError, InvalidAggregateIdError, InvalidCommandIdError)):
         return 422
-    if isinstance(exc, CommandTimeoutError):
+    if isinstance(exc, (CommandTimeoutError, StateTimeoutError)):
         return 504
-    if isinstance(exc, CheckpointNotFoundError):
+    if isinstance(exc, StateReadError):
         return 503
     if isinstance(exc, (ValueError, LookupError, TypeError)):
         return 400

@@ -1,37 +1,41 @@
-"""The Spark adapter of the command processor: Kafka source -> transformWithState -> Kafka sink.
+"""The Spark adapter of the command processor: one streaming query per app, one task per Kafka
+partition slice, the aggregate state in a Cassandra table.
 
-One streaming query per app. Records are grouped by (aggregate type, aggregate id); Spark's
-keyed state (RocksDB provider, checkpointed) holds one :class:`~cqrs.results.AggregateRecord`
-per aggregate as Avro bytes, so a single state read and write per aggregate per micro-batch.
-All logic lives in :class:`~cqrs.processor.step.AggregateStep`; this module only moves rows.
+Each micro-batch, the query's source (:mod:`cqrs.processor.source`) plans one task per commands
+partition with new records (every command of an aggregate shares a partition, so a task sees all
+of its aggregates' commands, in offset order). The task reads its slice in the Python worker and
+:func:`~cqrs.processor.partition.process_slice` reads the slice's aggregate states in batches,
+runs the shared :class:`~cqrs.processor.step.AggregateStep`, writes the records to Kafka and
+then the states to the aggregate-state table (:mod:`cqrs.processor.state_table`). No shuffle,
+no Spark state: the checkpoint holds only the source offsets, so the number of Spark partitions
+is free to change, and the state is readable by anyone without Spark.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import watermarks
-from cqrs.processor.step import AggregateStep, DedupPolicy, InputRecord
+from cqrs.processor.partition import STATS_FIELDS, SliceStats, Worker
+from cqrs.processor.step import AggregateStep, DedupPolicy
 from cqrs.spark_session import with_trigger
 from cqrs.topics import AppTopics, ensure_topics, topics_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-    from cqrs.app import App
     from pyspark.sql.streaming import StreamingQuery
 
-__all__ = [
-    "ProcessorOptions", "build_processor_stream", "checkpoint_for", "header_expr", "publish_app_schemas",
-    "start_processor",
-]
+    from cqrs.app import App
 
-STATE_NAME = "aggregate"
+__all__ = [
+    "ProcessorOptions", "checkpoint_for", "header_expr", "publish_app_schemas", "start_processor",
+    "step_for", "worker_for",
+]
 
 
 @attrs.frozen
@@ -47,24 +51,34 @@ class ProcessorOptions:
     # partitions of the results topic, so a command's reply partition can be honoured; filled
     # in by start_processor from the topic's metadata
     results_partitions: int | None = None
+    # generation of the aggregate-state table; filled in by start_processor (the current one)
+    state_generation: int | None = None
 
 
 def checkpoint_for(cfg: CqrsConfig, app_name: str) -> str:
     return cfg.spark.checkpoint_location(app_name, "processor")
 
 
-# Executors build the step once per Python worker process and reuse it across batches.
-_STEPS: dict[tuple[str, str], AggregateStep] = {}
-_STEPS_LOCK = threading.Lock()
+# Executors build a worker once per Python worker process and reuse it across batches.
+_WORKERS: dict[str, Worker] = {}
+_WORKERS_LOCK = threading.Lock()
 
 
-def _step_for(cfg: CqrsConfig, opts: ProcessorOptions) -> AggregateStep:
-    cache_key = (repr(cfg), repr(opts))
-    with _STEPS_LOCK:
-        step = _STEPS.get(cache_key)
-        if step is None:
+def step_for(cfg: CqrsConfig, opts: ProcessorOptions) -> AggregateStep:
+    """The app's step with its codec bound to the Kafka schema store (built once per process)."""
+    return worker_for(cfg, opts, with_io=False).step
+
+
+def worker_for(cfg: CqrsConfig, opts: ProcessorOptions, with_io: bool = True) -> Worker:
+    """This process's worker for a processor (``with_io``: with its state table and producer)."""
+    cache_key = repr((cfg, opts, with_io))
+    with _WORKERS_LOCK:
+        worker = _WORKERS.get(cache_key)
+        if worker is None:
             from cqrs.codec.kafka_schema_store import KafkaSchemaStore
+            from cqrs.kafka_io import make_producer
             from cqrs.loading import load_app
+            from cqrs.processor.state_table import open_state_table
 
             app = load_app(opts.app_ref)
             topics = opts.topics or topics_for(app.name, cfg.kafka.topic_prefix)
@@ -72,132 +86,39 @@ def _step_for(cfg: CqrsConfig, opts: ProcessorOptions) -> AggregateStep:
                                      cfg.kafka.client_options())
             step = AggregateStep(app, app.codec_for(store), topics, opts.dedup,
                                  results_partitions=opts.results_partitions)
-            _STEPS[cache_key] = step
-        return step
-
-
-def _processor_class() -> type:
-    """The StatefulProcessor subclass (built lazily: pyspark is imported only when used)."""
-    from pyspark.sql import Row
-    from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
-    from pyspark.sql.types import BinaryType, StructField, StructType
-
-    state_schema = StructType([StructField("record", BinaryType(), False)])
-
-    class CommandProcessor(StatefulProcessor):  # type: ignore[misc]
-        def __init__(self, cfg: CqrsConfig, opts: ProcessorOptions) -> None:
-            self.cfg = cfg
-            self.opts = opts
-
-        def init(self, handle: StatefulProcessorHandle) -> None:
-            self.state = handle.getValueState(STATE_NAME, state_schema)
-            self.step = _step_for(self.cfg, self.opts)
-
-        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-            aggregate_type, aggregate_id = key
-            records = [
-                InputRecord(r.key, r.value, [_header(h) for h in (r.headers or ())],
-                            r.partition, r.offset, r.topic)
-                for r in rows
-            ]
-            has_state = aggregate_type is not None and aggregate_id is not None
-            current = None
-            if has_state:
-                stored = self.state.get()  # None when absent: one round trip, not two
-                if stored is not None:
-                    current = self.step.load_state(stored[0])
-            new_state, out = self.step.run(aggregate_type, aggregate_id, current, records)
-            if new_state is not None and has_state:
-                self.state.update((self.step.dump_state(new_state),))
-            for rec in out:
-                yield Row(topic=rec.topic, key=rec.key, value=rec.value, headers=rec.headers,
-                          partition=rec.partition)
-
-        def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:  # noqa: N802, N803
-            """Seed an aggregate's record (only when started with an initial state: rebuilds)."""
-            self.state.update((bytes(initialState["record"]),))
-
-        def close(self) -> None:
-            pass
-
-    return CommandProcessor
+            table = open_state_table(cfg, topics) if with_io else None
+            generation = opts.state_generation or 0
+            worker = Worker(cfg, step, table, generation, None)  # type: ignore[arg-type]
+            if with_io:
+                worker.producer = make_producer(cfg, **{"linger.ms": 2, "on_delivery": worker.on_delivery})
+            _WORKERS[cache_key] = worker
+        return worker
 
 
 HEADER_POSITIONS = 16
 
 
-def header_expr(name: str) -> str:
+def header_expr(name: str, first: int | None = None) -> str:
     """Spark SQL for the value of the Kafka header ``name`` of a record (NULL when absent; the
     first one when repeated).
 
     The first :data:`HEADER_POSITIONS` headers are looked at by position in a ``CASE`` that
-    Spark compiles; only a record whose header is further back (or missing) falls back to
-    ``filter`` over the array. The fallback alone would do, but Spark evaluates a lambda
-    without code generation and, in Spark 4.2, re-reads the SQL configuration for every array
-    element it touches: that made header parsing most of the projector's JVM time.
+    Spark compiles (position ``first`` before the others: where the writer usually puts it);
+    only a record whose header is further back falls back to ``filter`` over the array (a
+    header missing from a shorter array is NULL without it). The fallback alone would do, but Spark evaluates a lambda without code generation
+    and, in Spark 4.2, re-reads the SQL configuration for every array element it touches: that
+    made header parsing most of the projector's JVM time.
     """
+    order = list(range(HEADER_POSITIONS))
+    if first is not None and 0 <= first < HEADER_POSITIONS:
+        order.remove(first)
+        order.insert(0, first)
     cases = " ".join(f"WHEN get(headers, {i}).key = '{name}' THEN get(headers, {i}).value"
-                     for i in range(HEADER_POSITIONS))
-    return f"CASE {cases} ELSE try_element_at(filter(headers, h -> h.key = '{name}'), 1).value END"
-
-
-def _header(h: Any) -> tuple[str, bytes | None]:
-    """A Kafka header as (name, value): Spark hands structs over as dicts (Arrow) or Rows."""
-    if isinstance(h, dict):
-        return h["key"], h["value"]
-    return h[0], h[1]
-
-
-def output_schema() -> Any:
-    from pyspark.sql.types import (
-        ArrayType, BinaryType, IntegerType, StringType, StructField, StructType,
-    )
-
-    return StructType([
-        StructField("topic", StringType(), False),
-        StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), True),
-        StructField("headers", ArrayType(StructType([
-            StructField("key", StringType(), False),
-            StructField("value", BinaryType(), True),
-        ])), True),
-        StructField("partition", IntegerType(), True),  # NULL: partitioned by key
-    ])
-
-
-def build_processor_stream(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
-                           topics: AppTopics, *, starting_offsets: str = "earliest",
-                           initial_state: DataFrame | None = None) -> DataFrame:
-    """The processor's streaming DataFrame: one row per record to write.
-
-    ``initial_state`` (columns aggregate_type, aggregate_id, record) seeds the state of a fresh
-    checkpoint and ``starting_offsets`` (Spark's JSON form) skips commands already answered:
-    both are for :mod:`cqrs.processor.rebuild`.
-    """
-    from pyspark.sql import functions as F
-
-    reader = (spark.readStream.format("kafka").options(**cfg.kafka.spark_options())
-              .option("subscribe", topics.commands)
-              .option("startingOffsets", starting_offsets)
-              .option("includeHeaders", "true")
-              .option("failOnDataLoss", "true"))
-    if opts.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
-    source = reader.load()
-    aggregate_type = F.expr(header_expr("cqrs.aggregate_type")).cast("string")
-    keyed = source.select(
-        aggregate_type.alias("aggregate_type"),
-        F.col("key").cast("string").alias("aggregate_id"),
-        "key", "value", "headers", "topic", "partition", "offset",
-    )
-    return keyed.groupBy("aggregate_type", "aggregate_id").transformWithState(
-        statefulProcessor=_processor_class()(cfg, opts),
-        outputStructType=output_schema(),
-        outputMode="Append",
-        timeMode="None",
-        initialState=(initial_state.groupBy("aggregate_type", "aggregate_id")
-                      if initial_state is not None else None),
-    )
+                     for i in order)
+    # a header missing from a short array is NULL at once: the filter would be the slow path
+    # for every record that lacks an optional header
+    return (f"CASE {cases} WHEN size(headers) <= {HEADER_POSITIONS} THEN NULL "
+            f"ELSE try_element_at(filter(headers, h -> h.key = '{name}'), 1).value END")
 
 
 def publish_app_schemas(cfg: CqrsConfig, topics: AppTopics, app: App) -> None:
@@ -216,18 +137,41 @@ def publish_app_schemas(cfg: CqrsConfig, topics: AppTopics, app: App) -> None:
 
 def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
                     *, available_now: bool = False, starting_offsets: str = "earliest",
-                    initial_state: DataFrame | None = None, name_suffix: str = "") -> StreamingQuery:
-    """Create the topics if missing, publish the app's schemas and start the query."""
+                    name_suffix: str = "",
+                    on_batch: Callable[[int, SliceStats], None] | None = None) -> StreamingQuery:
+    """Create the topics and the state table if missing, publish the app's schemas and start the
+    query (on the current state generation unless ``opts`` names one)."""
     from cqrs.loading import load_app
+    from cqrs.processor.source import (
+        SOURCE_NAME, SourceSettings, command_source_options, register_source,
+    )
+    from cqrs.processor.state_table import open_state_table
 
     app = load_app(opts.app_ref)
     topics = opts.topics or topics_for(app.name, cfg.kafka.topic_prefix)
     ensure_topics(cfg, topics)
-    opts = attrs.evolve(opts, results_partitions=len(watermarks(cfg, topics.results)))
+    table = open_state_table(cfg, topics)
+    try:
+        generation = opts.state_generation or table.ensure_current()
+        table.ensure(generation)
+    finally:
+        table.close()
+    opts = attrs.evolve(opts, topics=topics, results_partitions=len(watermarks(cfg, topics.results)),
+                        state_generation=generation)
     publish_app_schemas(cfg, topics, app)
-    stream = build_processor_stream(spark, cfg, opts, topics, starting_offsets=starting_offsets,
-                                    initial_state=initial_state)
-    writer = (stream.writeStream.format("kafka").options(**cfg.kafka.spark_options())
+    register_source(spark)
+    settings = SourceSettings(cfg, opts, topics.commands, starting_offsets)
+    source = (spark.readStream.format(SOURCE_NAME).options(**command_source_options(settings))
+              .load())
+
+    def batch(frame: DataFrame, batch_id: int) -> None:
+        total = SliceStats()
+        for r in frame.collect():
+            total.add(SliceStats(**{f: r[f] for f in STATS_FIELDS}))
+        if on_batch is not None:
+            on_batch(batch_id, total)
+
+    writer = (source.writeStream.foreachBatch(batch)
               .option("checkpointLocation", opts.checkpoint or checkpoint_for(cfg, app.name))
               .queryName(f"cqrs-processor-{app.name}{name_suffix}"))
     return with_trigger(writer, available_now=available_now, interval=opts.trigger_interval).start()

@@ -1,8 +1,7 @@
-"""Rebuilding the command processor's aggregate state from the event log into a fresh checkpoint.
+"""Rebuilding the command processor's aggregate state from the event log into a new generation.
 
-For a lost checkpoint, changed fold logic (appliers), or another number of state partitions
-(``spark.sql.shuffle.partitions`` is fixed for the life of a checkpoint). The processor of the
-app must be stopped while this runs. Steps:
+For lost or damaged state, changed fold logic (appliers) or a lost checkpoint. The processor
+of the app must be stopped while this runs. Steps:
 
 1. snapshot the end offsets of the events and results topics (what is read is fixed up front);
 2. batch-read both topics and fold, per (aggregate type, aggregate id), in one grouped Spark job:
@@ -13,10 +12,11 @@ app must be stopped while this runs. Steps:
 3. the commands-topic starting offsets: per partition, the highest ``source_offset`` of any result
    plus one (partitions with no result start at the earliest offset), so commands answered
    already do not run again;
-4. start the processor query on the new checkpoint with that initial state and those starting
-   offsets, trigger availableNow: the state is written to the checkpoint by the first batch (and
-   commands not answered yet are processed). Afterwards run the processor with
-   ``--checkpoint <new checkpoint>`` as usual.
+4. write the folded rows into a new generation of the aggregate-state table (each row fenced
+   at the last command it answered), in the executors;
+5. run the processor on the new checkpoint and the new generation from those starting offsets,
+   trigger availableNow (commands not answered yet are processed), then make the new
+   generation current. Afterwards run the processor with ``--checkpoint <new checkpoint>``.
 
 Assumes the old processor's last micro-batch finished writing (a normal stop): a batch cut off
 half-way through its writes, with its checkpoint lost, can leave events without results.
@@ -36,14 +36,13 @@ from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError, ReplayError
 from cqrs.processor.job import (
     ProcessorOptions,
-    _step_for,
     checkpoint_for,
+    step_for,
     header_expr,
     publish_app_schemas,
     start_processor,
 )
 from cqrs.kafka_io import watermarks
-from cqrs.processor.state import checkpoint_has_commits, path_exists
 from cqrs.results import FAILED, AggregateRecord, SeenCommand
 from cqrs.topics import AppTopics, topics_for
 
@@ -80,7 +79,8 @@ class RebuildReport:
     checkpoint: str
     events_read: int
     results_read: int
-    aggregates: int  # aggregate records written into the new checkpoint
+    generation: int  # the aggregate-state table generation written (current now)
+    aggregates: int  # aggregate rows written into it
     deleted: int  # of which deleted by a terminal event
     starting_offsets: dict[int, int]  # commands topic partition -> first offset to process (-2: earliest)
     commands_processed: int  # commands not answered before, processed by the first run
@@ -91,6 +91,30 @@ class RebuildReport:
 def default_rebuild_checkpoint(cfg: CqrsConfig, app_name: str) -> str:
     """The processor's default checkpoint (used when it was lost)."""
     return checkpoint_for(cfg, app_name)
+
+
+# ---- file system helpers (any Hadoop file system: local, HDFS, S3...) ------------------------
+
+
+def _fs_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    jvm = spark._jvm  # noqa: SLF001 - the Hadoop FileSystem API is only reachable this way
+    assert jvm is not None, "a classic (non Spark Connect) session is needed"
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    return hpath.getFileSystem(spark._jsc.hadoopConfiguration()), hpath  # noqa: SLF001
+
+
+def path_exists(spark: SparkSession, path: str) -> bool:
+    """Whether ``path`` exists (any file system Spark can reach)."""
+    fs, hpath = _fs_path(spark, path)
+    return bool(fs.exists(hpath))
+
+
+def checkpoint_has_commits(spark: SparkSession, checkpoint: str) -> bool:
+    """Whether the checkpoint holds at least one committed micro-batch."""
+    fs, hpath = _fs_path(spark, checkpoint.rstrip("/") + "/commits")
+    if not fs.exists(hpath):
+        return False
+    return any(not st.getPath().getName().startswith(".") for st in fs.listStatus(hpath))
 
 
 # ---- Kafka metadata --------------------------------------------------------------------------
@@ -110,7 +134,8 @@ def _range_json(topic: str, marks: dict[int, tuple[int, int]], which: int) -> st
 
 _FOLD_SCHEMA = (
     "aggregate_type string, aggregate_id string, record binary, version long, deleted boolean, "
-    "events long, results long, source_partitions array<int>, source_offsets array<long>"
+    "events long, results long, source_partitions array<int>, source_offsets array<long>, "
+    "last_partition int, last_offset long, commands long"
 )
 EVENT, RESULT = "e", "r"
 
@@ -124,19 +149,21 @@ def _fold_group(cfg: CqrsConfig, opts: ProcessorOptions) -> Callable[[Any, pd.Da
         from cqrs.domain.decision import replay
 
         aggregate_type, aggregate_id = key
-        step = _step_for(cfg, opts)
+        step = step_for(cfg, opts)
         codec = step.codec
         events = pdf[pdf["kind"] == EVENT].sort_values(["version", "partition", "offset"])
         results = pdf[pdf["kind"] == RESULT]
 
         # results: the dedup memory and, per commands partition, the last command answered
         answered: dict[int, int] = {}
+        last = (-1, -1)  # the aggregate's last command answered: its state row's fence
         firsts: dict[str, tuple[int, int, SeenCommand]] = {}
         for value in results["value"]:
             blob = bytes(value)
             res = codec.decode(blob)
             p, o = res.source_partition, res.source_offset
             answered[p] = max(answered.get(p, -1), o)
+            last = max(last, (p, o))
             if res.status == FAILED and res.version < 0:
                 continue  # an unreadable command: the processor does not remember those
             if res.command_id not in firsts:  # re-written copies carry the same bytes
@@ -182,6 +209,8 @@ def _fold_group(cfg: CqrsConfig, opts: ProcessorOptions) -> Callable[[Any, pd.Da
             "record": [record], "version": [version], "deleted": [deleted],
             "events": [len(events)], "results": [len(results)],
             "source_partitions": [parts], "source_offsets": [[answered[p] for p in parts]],
+            "last_partition": [last[0]], "last_offset": [last[1]],
+            "commands": [max(len(firsts), 1)],
         })
 
     return fold
@@ -264,7 +293,31 @@ class _StageProgress:
                 last = text
 
 
-# ---- the processor query with an initial state -----------------------------------------------
+# ---- writing the rows (runs on the executors) -------------------------------------------------
+
+_ROW_COLUMNS = ("aggregate_type", "aggregate_id", "record", "version", "deleted", "last_partition",
+                "last_offset", "commands")
+
+
+def _row_writer(cfg: CqrsConfig, opts: ProcessorOptions,
+                generation: int) -> Callable[[Any], Any]:
+    """Writes a partition of folded rows into the state table; yields how many."""
+    def run(batches: Any) -> Any:
+        import pyarrow as pa
+
+        from cqrs.processor.job import worker_for
+        from cqrs.processor.state_table import StoredAggregate
+
+        table = worker_for(cfg, opts).table
+        written = 0
+        for batch in batches:
+            c = batch.to_pydict()
+            rows = [StoredAggregate(i, t, v, bool(d), bytes(r), p, o, n) for t, i, r, v, d, p, o, n
+                    in zip(*(c[name] for name in _ROW_COLUMNS), strict=True)]
+            table.write(generation, rows)
+            written += len(rows)
+        yield pa.RecordBatch.from_pydict({"rows": [written]})
+    return run
 
 
 # ---- entry point -----------------------------------------------------------------------------
@@ -276,13 +329,17 @@ def rebuild_state(
     opts: ProcessorOptions,
     new_checkpoint: str,
     *,
+    generation: int | None = None,
     progress: Progress | None = None,
 ) -> RebuildReport:
-    """Rebuild the app's aggregate state from its events into ``new_checkpoint`` (see the module
-    doc). The app's processor must be stopped; run it on ``new_checkpoint`` afterwards."""
+    """Rebuild the app's aggregate state from its events into a new state generation (default:
+    the current one plus one), process what was not answered yet on ``new_checkpoint``, and make
+    that generation current (see the module doc). The app's processor must be stopped; run it
+    on ``new_checkpoint`` afterwards."""
     from pyspark.sql import functions as F
 
     from cqrs.loading import load_app
+    from cqrs.processor.state_table import open_state_table
 
     started = time.monotonic()
     say = progress or (lambda _msg: None)
@@ -296,6 +353,19 @@ def rebuild_state(
                 "new folder (--checkpoint NEW) and run the processor with it, or delete the old "
                 "one once nothing uses it"
             )
+    table = open_state_table(cfg, topics)
+    try:
+        current = table.current_generation()
+        target = generation or (current or 0) + 1
+        if target == current:
+            raise RebuildError(
+                f"generation {target} is the current aggregate state of {app.name!r}: rebuild into "
+                "another one (default: the current one plus one)")
+        table.drop(target)  # a failed earlier attempt may have left rows in it
+        table.ensure(target)
+    finally:
+        table.close()
+    opts = attrs.evolve(opts, topics=topics, checkpoint=new_checkpoint, state_generation=target)
     event_marks = watermarks(cfg, topics.events)
     result_marks = watermarks(cfg, topics.results)
     command_marks = watermarks(cfg, topics.commands)
@@ -322,50 +392,43 @@ def rebuild_state(
         say(f"folded {stats['events']} events into {stats['aggregates']} aggregates "
             f"({stats['deleted']} deleted) in {fold_seconds:.1f}s; commands start at "
             f"{json.loads(start_json)[topics.commands]}")
-
-        initial = folded.where("record IS NOT NULL").select("aggregate_type", "aggregate_id", "record")
-        query = start_processor(
-            spark, cfg, attrs.evolve(opts, topics=topics, checkpoint=new_checkpoint),
-            available_now=True, starting_offsets=start_json, initial_state=initial,
-            name_suffix="-rebuild",
-        )
-        processed = 0
-        seen_batches: set[int] = set()
-
-        def note_progress() -> None:
-            nonlocal processed
-            for p in query.recentProgress:
-                if p["batchId"] not in seen_batches:
-                    seen_batches.add(p["batchId"])
-                    processed += int(p.get("numInputRows", 0))
-                    say(f"batch {p['batchId']}: {p.get('numInputRows', 0)} commands")
-
-        with _StageProgress(spark, progress, "writing state"):
-            while query.isActive:
-                query.awaitTermination(2.0)
-                note_progress()
-        exc = query.exception()
-        if exc is not None:
-            raise RebuildError(
-                f"the processor query on {new_checkpoint!r} failed while writing the rebuilt "
-                f"state: {exc}; delete that folder and run rebuild-state again"
-            )
-        note_progress()
+        with _StageProgress(spark, progress, f"writing state generation {target}"):
+            written = (folded.where("record IS NOT NULL").select(*_ROW_COLUMNS)
+                       .mapInArrow(_row_writer(cfg, opts, target), "rows long")
+                       .agg(F.coalesce(F.sum("rows"), F.lit(0))).collect()[0][0])
+        say(f"wrote {written} aggregate rows into state generation {target}")
     finally:
         folded.unpersist()
-    if not checkpoint_has_commits(spark, new_checkpoint):
+
+    processed = 0
+
+    def on_batch(batch_id: int, s: Any) -> None:
+        nonlocal processed
+        processed += s.commands
+        say(f"batch {batch_id}: {s.commands} commands not answered before")
+
+    query = start_processor(spark, cfg, opts, available_now=True, starting_offsets=start_json,
+                            name_suffix="-rebuild", on_batch=on_batch)
+    query.awaitTermination()
+    exc = query.exception()
+    if exc is not None:
         raise RebuildError(
-            f"the rebuild query ended without committing a batch to {new_checkpoint!r}: the "
-            "rebuilt state was not written; delete that folder and run rebuild-state again"
-        )
+            f"the processor query on {new_checkpoint!r} failed while catching up on generation "
+            f"{target}: {exc}; delete that folder and run rebuild-state again")
+    table = open_state_table(cfg, topics)
+    try:
+        table.set_current(target)
+    finally:
+        table.close()
     report = RebuildReport(
         app=app.name, checkpoint=new_checkpoint, events_read=int(stats["events"]),
-        results_read=int(stats["results"]), aggregates=int(stats["aggregates"]),
+        results_read=int(stats["results"]), generation=target, aggregates=int(written),
         deleted=int(stats["deleted"]),
         starting_offsets={int(p): o for p, o in json.loads(start_json)[topics.commands].items()},
         commands_processed=processed, fold_seconds=round(fold_seconds, 3),
         seconds=round(time.monotonic() - started, 3),
     )
     say(f"rebuilt {report.aggregates} aggregates from {report.events_read} events in "
-        f"{report.seconds:.1f}s into {new_checkpoint}")
+        f"{report.seconds:.1f}s into state generation {target} (current now); run the processor "
+        f"with --checkpoint {new_checkpoint}")
     return report

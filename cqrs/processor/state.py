@@ -1,53 +1,43 @@
-"""Reading the command processor's aggregate state (interactive queries on the checkpoint).
+"""Reading the command processor's aggregate state: straight from the aggregate-state table.
 
-The processor keeps one :class:`~cqrs.results.AggregateRecord` per (aggregate type, aggregate id)
-in Spark's keyed state (value state ``"aggregate"`` of the transformWithState operator). Spark's
-state data source (``spark.read.format("statestore")``) reads it straight from the checkpoint: the
-last committed micro-batch by default, so it works while the processor is running and after it
-stopped. The bytes are decoded with the app's codec bound to the Kafka schema store.
+The processor keeps one row per (aggregate type, aggregate id) in Cassandra
+(:mod:`cqrs.processor.state_table`), written after the events and results it explains. A
+:class:`StateReader` keeps a Cassandra session and the app's codec open, so a read is one
+single-partition query and a decode: milliseconds, no Spark.
 
->>> state = read_state(spark, cfg, app, checkpoint, "acc-1")      # doctest: +SKIP
->>> state.version, state.state.balance                            # doctest: +SKIP
-
-Each read scans the whole state of the checkpoint (every state partition): fine for operations
-and tests, not a serving path for high request rates (that is what projections are for).
+>>> with StateReader(app, cfg) as states:                          # doctest: +SKIP
+...     acc = states.get("acc-1", min_version=3, timeout=10)       # read-your-writes
+...     acc.version, acc.state.balance
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
-from cqrs.processor.job import STATE_NAME
 from cqrs.results import AggregateRecord
 from cqrs.topics import AppTopics, topics_for
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
     from cqrs.app import App
     from cqrs.codec.registry import Codec
+    from cqrs.processor.state_table import StateTable, StoredAggregate
 
 __all__ = [
     "AggregateState",
     "AmbiguousAggregateError",
-    "CheckpointNotFoundError",
     "StateReadError",
-    "checkpoint_has_commits",
+    "StateReader",
+    "StateTimeoutError",
     "decode_state",
-    "load_states",
-    "path_exists",
-    "read_all_states",
-    "read_state",
     "state_codec",
 ]
-
-
-class CheckpointNotFoundError(CqrsError, FileNotFoundError):
-    """The processor checkpoint does not exist or holds no committed micro-batch yet."""
 
 
 class AmbiguousAggregateError(CqrsError, LookupError):
@@ -55,7 +45,11 @@ class AmbiguousAggregateError(CqrsError, LookupError):
 
 
 class StateReadError(CqrsError, RuntimeError):
-    """Spark's state data source cannot read the checkpoint (e.g. not a processor checkpoint)."""
+    """The aggregate state cannot be read (no state table yet, bad type, undecodable row)."""
+
+
+class StateTimeoutError(CqrsError, TimeoutError):
+    """An aggregate did not reach the version waited for in time."""
 
 
 @attrs.frozen
@@ -75,75 +69,6 @@ class AggregateState:
     seen_command_ids: tuple[str, ...] = ()
 
 
-# ---- file system helpers (any Hadoop file system: local, HDFS, S3...) ------------------------
-
-
-def _fs_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
-    jvm = spark._jvm  # noqa: SLF001 - the Hadoop FileSystem API is only reachable this way
-    assert jvm is not None, "a classic (non Spark Connect) session is needed"
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    return hpath.getFileSystem(spark._jsc.hadoopConfiguration()), hpath  # noqa: SLF001
-
-
-def path_exists(spark: SparkSession, path: str) -> bool:
-    """Whether ``path`` exists (any file system Spark can reach)."""
-    fs, hpath = _fs_path(spark, path)
-    return bool(fs.exists(hpath))
-
-
-def checkpoint_has_commits(spark: SparkSession, checkpoint: str) -> bool:
-    """Whether the checkpoint holds at least one committed micro-batch."""
-    fs, hpath = _fs_path(spark, checkpoint.rstrip("/") + "/commits")
-    if not fs.exists(hpath):
-        return False
-    return any(not st.getPath().getName().startswith(".") for st in fs.listStatus(hpath))
-
-
-def _require_checkpoint(spark: SparkSession, checkpoint: str) -> None:
-    if not path_exists(spark, checkpoint):
-        raise CheckpointNotFoundError(
-            f"processor checkpoint {checkpoint!r} does not exist: run the processor first "
-            "(`cqrs run processor <module:app>`), or pass the checkpoint it uses (--checkpoint)"
-        )
-    if not checkpoint_has_commits(spark, checkpoint):
-        raise CheckpointNotFoundError(
-            f"processor checkpoint {checkpoint!r} has no committed micro-batch yet: wait for the "
-            "processor's first batch, or check that --checkpoint names the processor's checkpoint"
-        )
-
-
-# ---- reading ---------------------------------------------------------------------------------
-
-
-def read_all_states(spark: SparkSession, checkpoint: str, *, batch_id: int | None = None) -> DataFrame:
-    """Every aggregate record in the checkpoint: ``aggregate_type, aggregate_id, record`` (bytes).
-
-    ``batch_id`` reads the state as of that committed micro-batch (default: the last one).
-    """
-    _require_checkpoint(spark, checkpoint)
-    # RocksDB state loads call the StateStoreCoordinator, which a session creates with its
-    # StreamingQueryManager: a fresh session that never ran a query cannot read without this
-    spark.streams  # noqa: B018
-    reader = (spark.read.format("statestore").option("path", checkpoint)
-              .option("stateVarName", STATE_NAME))
-    if batch_id is not None:
-        if batch_id < 0:
-            raise StateReadError(f"batch_id {batch_id} is negative: give a committed batch id")
-        reader = reader.option("batchId", str(batch_id))
-    try:
-        df = reader.load()
-        return df.select(
-            df["key.aggregate_type"].alias("aggregate_type"),
-            df["key.aggregate_id"].alias("aggregate_id"),
-            df["value.record"].alias("record"),
-        )
-    except Exception as exc:  # AnalysisException & co: not a processor checkpoint, bad batch
-        raise StateReadError(
-            f"cannot read the aggregate state of checkpoint {checkpoint!r}: {exc}; check that it "
-            "is a command processor checkpoint (not a projector's) and that the batch exists"
-        ) from exc
-
-
 def state_codec(cfg: CqrsConfig, app: App, topics: AppTopics | None = None) -> tuple[Codec, Any]:
     """The app's codec bound to the Kafka schema store, and the store (close it when done)."""
     from cqrs.codec.kafka_schema_store import KafkaSchemaStore
@@ -159,75 +84,97 @@ def decode_state(codec: Codec, aggregate_type: str, aggregate_id: str, blob: byt
     if not isinstance(record, AggregateRecord):
         raise StateReadError(
             f"state of {aggregate_type} {aggregate_id!r} holds a {type(record).__name__}, not an "
-            "AggregateRecord: the checkpoint was not written by the cqrs command processor"
+            "AggregateRecord: the row was not written by the cqrs command processor"
         )
     state = None if record.snapshot is None else codec.decode(record.snapshot)
     return AggregateState(aggregate_type, aggregate_id, record.version, record.deleted, state,
-                          tuple(s.command_id for s in record.seen))
+                          tuple(record.seen_command_ids()))
 
 
-def read_state(
-    spark: SparkSession,
-    cfg: CqrsConfig,
-    app: App,
-    checkpoint: str,
-    aggregate_id: str,
-    aggregate_type: str | None = None,
-    *,
-    topics: AppTopics | None = None,
-    batch_id: int | None = None,
-) -> AggregateState | None:
-    """The state of one aggregate, or ``None`` if the processor holds none for it.
+class StateReader:
+    """Reads aggregate states of ``app`` from its aggregate-state table (the current generation,
+    or ``generation``). Thread-safe; opens its Cassandra session and schema store on first use.
+    Close it (or use ``with``) when done."""
 
-    ``aggregate_type`` (stable type name, e.g. ``example.bank.Account``) is needed only when the
-    same id exists under several aggregate types.
-    """
-    if aggregate_type is not None and aggregate_type not in app.model.aggregates:
-        raise StateReadError(
-            f"aggregate type {aggregate_type!r} is not in app {app.name!r} (types: "
-            f"{sorted(app.model.aggregates)}): pass one of these to --type"
-        )
-    from pyspark.sql import functions as F
+    def __init__(self, app: App, cfg: CqrsConfig, *, topics: AppTopics | None = None,
+                 generation: int | None = None) -> None:
+        self.app = app
+        self.cfg = cfg
+        self.topics = topics
+        self.generation = generation
+        self._table: StateTable | None = None
+        self._codec: Codec | None = None
+        self._store: Any = None
+        self._lock = threading.Lock()
 
-    df = read_all_states(spark, checkpoint, batch_id=batch_id)
-    df = df.where(F.col("aggregate_id") == aggregate_id)
-    if aggregate_type is not None:
-        df = df.where(F.col("aggregate_type") == aggregate_type)
-    rows = df.collect()
-    if not rows:
-        return None
-    if len(rows) > 1:
-        types = sorted(r["aggregate_type"] for r in rows)
-        raise AmbiguousAggregateError(
-            f"aggregate id {aggregate_id!r} exists under several types {types}: pass the type "
-            "(aggregate_type=... / --type)"
-        )
-    codec, store = state_codec(cfg, app, topics)
-    try:
-        row = rows[0]
-        return decode_state(codec, row["aggregate_type"], row["aggregate_id"], row["record"])
-    finally:
-        store.close()
+    def __enter__(self) -> StateReader:
+        return self
 
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
-def load_states(
-    spark: SparkSession,
-    cfg: CqrsConfig,
-    app: App,
-    checkpoint: str,
-    *,
-    topics: AppTopics | None = None,
-    batch_id: int | None = None,
-) -> dict[tuple[str, str], AggregateState]:
-    """Every aggregate of the checkpoint decoded on the driver, by (type, id): for comparisons
-    and small states (use :func:`read_all_states` to stay in Spark)."""
-    rows = read_all_states(spark, checkpoint, batch_id=batch_id).collect()
-    codec, store = state_codec(cfg, app, topics)
-    try:
-        return {
-            (r["aggregate_type"], r["aggregate_id"]):
-                decode_state(codec, r["aggregate_type"], r["aggregate_id"], r["record"])
-            for r in rows
-        }
-    finally:
-        store.close()
+    def _open(self) -> tuple[StateTable, Codec, int]:
+        with self._lock:
+            if self._table is None:
+                from cqrs.processor.state_table import open_state_table
+
+                self._table = open_state_table(
+                    self.cfg, self.topics or topics_for(self.app.name, self.cfg.kafka.topic_prefix))
+                self._codec, self._store = state_codec(self.cfg, self.app, self.topics)
+            generation = self.generation or self._table.current_generation()
+            if generation is None:
+                raise StateReadError(
+                    f"app {self.app.name!r} has no aggregate state in Cassandra keyspace "
+                    f"{self.cfg.cassandra.keyspace!r} yet: start its processor (`cqrs run processor "
+                    "<module:app>`), or check [cassandra] keyspace")
+            assert self._codec is not None
+            return self._table, self._codec, generation
+
+    def _decode(self, codec: Codec, row: StoredAggregate) -> AggregateState:
+        return decode_state(codec, row.aggregate_type, row.aggregate_id, row.record)
+
+    def get(self, aggregate_id: str, aggregate_type: str | None = None, *,
+            min_version: int | None = None, timeout: float = 10.0) -> AggregateState | None:
+        """The aggregate's state (version, decoded state, recent command ids) or ``None``.
+
+        ``aggregate_type`` (stable type name, e.g. ``example.bank.Account``) is needed only when
+        the same id exists under several types. ``min_version``: wait up to ``timeout`` seconds
+        until the aggregate is at that version or later (read-your-writes after a command's
+        result), else :class:`StateTimeoutError`.
+        """
+        if aggregate_type is not None and aggregate_type not in self.app.model.aggregates:
+            raise StateReadError(
+                f"aggregate type {aggregate_type!r} is not in app {self.app.name!r} (types: "
+                f"{sorted(self.app.model.aggregates)}): pass one of these to --type"
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            table, codec, generation = self._open()
+            rows = [r for r in table.get(generation, aggregate_id)
+                    if aggregate_type is None or r.aggregate_type == aggregate_type]
+            if len(rows) > 1:
+                types = sorted(r.aggregate_type for r in rows)
+                raise AmbiguousAggregateError(
+                    f"aggregate id {aggregate_id!r} exists under several types {types}: pass the "
+                    "type (aggregate_type=... / --type)")
+            if min_version is None or (rows and rows[0].version >= min_version):
+                return self._decode(codec, rows[0]) if rows else None
+            if time.monotonic() >= deadline:
+                at = rows[0].version if rows else 0
+                raise StateTimeoutError(
+                    f"aggregate {aggregate_id!r} is at version {at}, not {min_version}, after "
+                    f"{timeout:g} s: is the processor running and has the command been answered?")
+            time.sleep(0.02)
+
+    def all(self) -> Iterator[AggregateState]:
+        """Every aggregate of the table (for tests, comparisons and small apps)."""
+        table, codec, generation = self._open()
+        for row in table.scan(generation):
+            yield self._decode(codec, row)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._table is not None:
+                self._table.close()
+                self._store.close()
+            self._table = self._codec = self._store = None

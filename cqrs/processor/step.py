@@ -27,21 +27,23 @@ import attrs
 from cqrs.app import App
 from cqrs.codec.registry import Codec
 from cqrs.domain.decision import Accepted, CommandInput, Failed, RejectedOutcome, decide
-from cqrs.envelope import CONTENT_TYPE, Envelope, Headers, from_kafka, to_kafka
+from cqrs.envelope import CONTENT_TYPE, Envelope, Headers, event_to_kafka, from_kafka
 from cqrs.errors import CqrsError
 from cqrs.results import (
     ACCEPTED, FAILED, REJECTED, AggregateRecord, CommandResult, SeenCommand, kept_indices,
 )
 from cqrs.topics import AppTopics
 
-__all__ = ["AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord"]
+__all__ = ["UNDECODED", "AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord", "StepResult"]
 
 DLQ_PREFIX = "cqrs.dlq."
 
 
 @attrs.frozen
 class InputRecord:
-    """A command record as read from Kafka."""
+    """A command record as read from Kafka. ``envelope``, when given, is the record's envelope
+    already read from columns (the Spark job parses headers in SQL): the step then trusts it
+    instead of reading ``headers``, which it only copies into dead letters."""
 
     key: bytes | None
     value: bytes | None
@@ -49,6 +51,24 @@ class InputRecord:
     partition: int
     offset: int
     topic: str = ""
+    envelope: Envelope | None = None
+
+
+@attrs.frozen
+class StepResult:
+    """What :meth:`AggregateStep.apply` returns: the record to store (``None``: unchanged), the
+    aggregate object it holds (to cache, never mutated by later steps) and the records to write."""
+
+    record: AggregateRecord | None
+    state: Any
+    out: list[OutputRecord]
+
+
+class _Undecoded:
+    """Marks that the caller has no decoded aggregate object: decode the snapshot."""
+
+
+UNDECODED: Any = _Undecoded()
 
 
 @attrs.frozen
@@ -112,6 +132,19 @@ class AggregateStep:
         records: Iterable[InputRecord],
     ) -> tuple[AggregateRecord | None, list[OutputRecord]]:
         """The new state (None: unchanged) and the records to write, in order."""
+        result = self.apply(aggregate_type, aggregate_id, state, records)
+        return result.record, result.out
+
+    def apply(
+        self,
+        aggregate_type: str | None,
+        aggregate_id: str | None,
+        state: AggregateRecord | None,
+        records: Iterable[InputRecord],
+        decoded: Any = UNDECODED,
+    ) -> StepResult:
+        """:meth:`run`, also taking and giving the aggregate object (``decoded``: the object
+        ``state.snapshot`` holds, when the caller has it, saving a decode)."""
         ordered = sorted(records, key=lambda r: (r.partition, r.offset))
         out: list[OutputRecord] = []
         if aggregate_type is None or aggregate_id is None:
@@ -119,7 +152,7 @@ class AggregateStep:
                 out.append(self._dead_letter(rec, "envelope", "MissingHeaderError",
                                              "record has no key (aggregate id) or no "
                                              "cqrs.aggregate_type header"))
-            return None, out
+            return StepResult(None, decoded, out)
         try:
             entry = self.app.model.entry(aggregate_type)
         except CqrsError as exc:
@@ -129,7 +162,7 @@ class AggregateStep:
                 except CqrsError:
                     env = None
                 out.extend(self._unreadable(rec, "unknown_aggregate", exc, env))
-            return None, out
+            return StepResult(None, decoded, out)
 
         current = state if state is not None else AggregateRecord()
         seen = set(current.seen_command_ids())
@@ -138,7 +171,10 @@ class AggregateStep:
         batch_ids: set[str] = set()
         for rec in ordered:
             try:
-                env, payload = from_kafka(rec.key, rec.value, rec.headers)
+                if rec.envelope is not None and rec.value is not None:
+                    env, payload = rec.envelope, rec.value
+                else:
+                    env, payload = from_kafka(rec.key, rec.value, rec.headers)
             except CqrsError as exc:
                 out.append(self._dead_letter(rec, "envelope", type(exc).__name__, str(exc)))
                 continue
@@ -163,8 +199,10 @@ class AggregateStep:
         version = current.version
         snapshot = current.snapshot
         deleted = current.deleted
+        agg_state = decoded
         if pending:
-            agg_state = None if snapshot is None else self.codec.decode(snapshot)
+            if agg_state is UNDECODED:
+                agg_state = None if snapshot is None else self.codec.decode(snapshot)
             decision = decide(entry, aggregate_id, agg_state, version, [
                 CommandInput(
                     command_id=p.envelope.command_id or p.envelope.message_id,
@@ -178,9 +216,8 @@ class AggregateStep:
                 result = self._result(p, aggregate_type, aggregate_id, outcome)
                 if isinstance(outcome, Accepted):
                     for new_event in outcome.events:
-                        key, value, headers = to_kafka(
-                            Envelope.for_event(new_event), self.codec.encode(new_event.event)
-                        )
+                        key, value, headers = event_to_kafka(
+                            new_event, self.codec.encode(new_event.event))
                         out.append(OutputRecord(self.topics.events, key, value, headers))
                 elif isinstance(outcome, Failed):
                     out.append(self._dead_letter(p.record, "handler", outcome.error_type,
@@ -192,6 +229,7 @@ class AggregateStep:
                 version = decision.version
                 deleted = decision.state is None and version > 0
                 snapshot = None if decision.state is None else self.codec.encode(decision.state)
+                agg_state = decision.state
 
         by_id = {s.command_id: s for s in [*(current.seen if duplicates else ()), *new_seen]}
         for dup_env, cid in duplicates:
@@ -199,9 +237,10 @@ class AggregateStep:
             out.append(self._result_record(self.codec.decode(first.result), first.result, dup_env))
 
         if not new_seen and version == current.version:
-            return None, out  # nothing to store
-        return current.remember(version, deleted, snapshot, new_seen,
-                                self.dedup.window_ms, self.dedup.max_per_aggregate), out
+            return StepResult(None, agg_state, out)  # nothing to store
+        return StepResult(current.remember(version, deleted, snapshot, new_seen,
+                                           self.dedup.window_ms, self.dedup.max_per_aggregate),
+                          agg_state, out)
 
     # ---- helpers ----------------------------------------------------------------------------
 

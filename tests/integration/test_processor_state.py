@@ -1,12 +1,15 @@
-"""Reading the processor's aggregate state, and rebuilding it from the events into a new checkpoint.
+"""Reading the processor's aggregate state, and rebuilding it from the events into a new generation.
 
 One workload, three phases (one test: every phase needs the previous one's Kafka topics and
-checkpoints, and Spark runs are the expensive part on a 2-core box):
+state, and Spark runs are the expensive part on a 2-core box):
 
-1. the processor (availableNow) on checkpoint A; ``read_state`` / ``load_states`` match the fold;
-2. ``rebuild_state`` into checkpoint B: same records as A, byte for byte;
-3. more commands, the processor on B (running while the state is read): nothing old re-runs,
-   the new commands apply on top of the rebuilt state.
+1. the processor (availableNow) on checkpoint A; the state table read without Spark matches the
+   fold, by the Python API and by the CLI;
+2. ``rebuild_state`` into generation 2 with checkpoint B: the same rows as generation 1, byte for
+   byte, and generation 2 is current;
+3. more commands, the processor on B with a different number of Spark tasks per batch (the
+   state is not tied to them), read while it runs: nothing old re-runs, the new commands apply
+   on top of the rebuilt state.
 """
 
 from __future__ import annotations
@@ -28,20 +31,14 @@ from cqrs.envelope import from_kafka
 from cqrs.kafka_io import make_producer, read_to_end
 from cqrs.processor.job import ProcessorOptions, start_processor
 from cqrs.processor.rebuild import CheckpointExistsError, rebuild_state
-from cqrs.processor.state import (
-    AggregateState,
-    CheckpointNotFoundError,
-    load_states,
-    read_all_states,
-    read_state,
-    state_codec,
-)
+from cqrs.processor.state import AggregateState, StateReader, StateReadError, state_codec
+from cqrs.processor.state_table import open_state_table
 from cqrs.results import CommandResult
 from cqrs.testing.example import (
     Account, CloseAccount, Deposit, Explode, OpenAccount, Withdraw,
 )
 from cqrs.testing.example_app import app
-from cqrs.topics import AppTopics, ensure_topics
+from cqrs.topics import AppTopics, ensure_topics, topics_for
 
 APP_REF = "cqrs.testing.example_app:app"
 ACCOUNT = "example.bank.Account"
@@ -125,33 +122,36 @@ def _check_expected(states: dict[tuple[str, str], AggregateState]) -> None:
             assert isinstance(s.state, Account) and s.state.balance == balance, agg
 
 
-def _raw(spark: Any, checkpoint: str) -> dict[tuple[str, str], bytes]:
-    return {(r["aggregate_type"], r["aggregate_id"]): bytes(r["record"])
-            for r in read_all_states(spark, checkpoint).collect()}
+def _states(cfg: CqrsConfig, topics: AppTopics,
+            generation: int | None = None) -> dict[tuple[str, str], AggregateState]:
+    with StateReader(app, cfg, topics=topics, generation=generation) as reader:
+        return {(s.aggregate_type, s.aggregate_id): s for s in reader.all()}
 
 
-def _state_partitions(checkpoint: str) -> int:
-    """The number of state partitions a (local) checkpoint was created with."""
-    lines = Path(checkpoint, "offsets", "0").read_text().splitlines()
-    return int(json.loads(lines[1])["conf"]["spark.sql.shuffle.partitions"])
+def _raw(cfg: CqrsConfig, topics: AppTopics, generation: int) -> dict[tuple[str, str], bytes]:
+    table = open_state_table(cfg, topics)
+    try:
+        return {row.key: row.record for row in table.scan(generation)}
+    finally:
+        table.close()
 
 
 def test_read_rebuild_and_continue_on_the_rebuilt_state(
     cqrs_config: CqrsConfig, spark: Any, unique_names: Callable[[str], str],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    cfg = cqrs_config
-    base = unique_names("bank")
-    topics = AppTopics(f"{base}.commands", f"{base}.events", f"{base}.results", f"{base}.dlq")
+    prefix = unique_names("state") + "-"
+    cfg = cqrs_config.with_overrides(kafka={"topic_prefix": prefix})
+    topics = topics_for(app.name, prefix)
     ensure_topics(cfg, topics, partitions=3)
-    ck_a = cfg.spark.checkpoint_location(base, "processor-a")
-    ck_b = cfg.spark.checkpoint_location(base, "processor-b")
+    ck_a = cfg.spark.checkpoint_location(prefix, "processor-a")
+    ck_b = cfg.spark.checkpoint_location(prefix, "processor-b")
     opts_a = ProcessorOptions(app_ref=APP_REF, topics=topics, checkpoint=ck_a)
     opts_b = ProcessorOptions(app_ref=APP_REF, topics=topics, checkpoint=ck_b,
-                              trigger_interval="1 second")
+                              trigger_interval="1 second", max_offsets_per_trigger=2)
 
-    with pytest.raises(CheckpointNotFoundError, match="run the processor first"):
-        read_state(spark, cfg, app, ck_a, "acc-0")
+    with pytest.raises(StateReadError, match="start its processor"):
+        _states(cfg, topics)
 
     # ---- 1. process, then read ------------------------------------------------------------
     _send(cfg, topics.commands, WORKLOAD, 0)
@@ -161,40 +161,46 @@ def test_read_rebuild_and_continue_on_the_rebuilt_state(
     assert query.exception() is None
     print(f"processor on A: {time.monotonic() - t:.1f}s")
 
-    states_a = load_states(spark, cfg, app, ck_a, topics=topics)
+    states_a = _states(cfg, topics)
     _check_expected(states_a)
-    one = read_state(spark, cfg, app, ck_a, "acc-0", ACCOUNT, topics=topics)
-    assert one == states_a[(ACCOUNT, "acc-0")]
-    assert one.state == Account(owner="ann", is_open=True, balance=77)
-    assert one.seen_command_ids == ("c00", "c01", "c02", "c03", "c04")
+    with StateReader(app, cfg, topics=topics) as reader:
+        t = time.perf_counter()
+        one = reader.get("acc-0", ACCOUNT)
+        print(f"one state read: {(time.perf_counter() - t) * 1000:.1f} ms (first, connecting)")
+        assert one == states_a[(ACCOUNT, "acc-0")]
+        assert one is not None and one.state == Account(owner="ann", is_open=True, balance=77)
+        assert one.seen_command_ids == ("c00", "c01", "c02", "c03", "c04")
+        assert reader.get("no-such-account") is None
+        assert reader.get("acc-0", min_version=5, timeout=1).version == 5
+        with pytest.raises(TimeoutError, match="version 5, not 6"):
+            reader.get("acc-0", min_version=6, timeout=0.3)
+        with pytest.raises(StateReadError, match="not in app"):
+            reader.get("acc-0", "no.such.Type")
     assert states_a[(ACCOUNT, "acc-3")].seen_command_ids == ("c30", "c31", "c32", "c33")
     assert states_a[(ACCOUNT, "acc-5")].seen_command_ids == ("c50",)
-    assert read_state(spark, cfg, app, ck_a, "no-such-account") is None
     events_before = _events_by_aggregate(cfg, topics.events)
     assert sum(len(v) for v in events_before.values()) == FIRST_EVENTS
     results_before = read_to_end(cfg, [topics.results])
     assert len(results_before) == len(WORKLOAD)
 
-    # the CLI prints the same state as JSON
+    # the CLI prints the same state as JSON (configuration from the environment, as a user's)
     capsys.readouterr()
-    assert main(["state", "get", APP_REF, "acc-1", "--checkpoint", ck_a]) == 0
-    printed = json.loads(capsys.readouterr().out)
-    assert printed["version"] == 3 and printed["state"]["balance"] == 60
-    assert printed["seen_command_ids"] == ["c10", "c11", "c12", "c13", "c14"]
-    assert main(["state", "get", APP_REF, "acc-1", "--checkpoint", ck_a + "-missing"]) == 2
-    assert "run the processor first" in capsys.readouterr().err
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CQRS_KAFKA_TOPIC_PREFIX", prefix)
+        assert main(["state", "get", APP_REF, "acc-1"]) == 0
+        printed = json.loads(capsys.readouterr().out)
+        assert printed["version"] == 3 and printed["state"]["balance"] == 60
+        assert printed["seen_command_ids"] == ["c10", "c11", "c12", "c13", "c14"]
+        assert main(["state", "get", APP_REF, "acc-9"]) == 1
+        assert "no state for aggregate 'acc-9'" in capsys.readouterr().err
 
-    # ---- 2. rebuild into a fresh checkpoint ----------------------------------------------
+    # ---- 2. rebuild into a new generation --------------------------------------------------
     with pytest.raises(CheckpointExistsError, match="new folder"):
         rebuild_state(spark, cfg, opts_a, ck_a)
     messages: list[str] = []
-    partitions_before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", "3")  # rescale: B gets 3 state partitions
-    try:
-        report = rebuild_state(spark, cfg, opts_a, ck_b, progress=messages.append)
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", partitions_before)
+    report = rebuild_state(spark, cfg, opts_a, ck_b, progress=messages.append)
     print(f"rebuild: {report}")
+    assert report.generation == 2
     assert report.events_read == FIRST_EVENTS
     assert report.results_read == len(WORKLOAD)
     assert report.aggregates == len(EXPECTED) and report.deleted == 1
@@ -204,12 +210,11 @@ def test_read_rebuild_and_continue_on_the_rebuilt_state(
     assert {p: o for p, o in report.starting_offsets.items() if o >= 0} == command_ends
     assert any("reading" in m and "events" in m for m in messages)
 
-    assert _state_partitions(ck_b) == 3 and _state_partitions(ck_a) == int(partitions_before)
-    states_b = load_states(spark, cfg, app, ck_b, topics=topics)
+    states_b = _states(cfg, topics)  # generation 2 is current now
     assert states_b == states_a  # version, deleted, decoded state, remembered command ids
-    assert _raw(spark, ck_b) == _raw(spark, ck_a)  # and byte for byte (snapshots, results)
+    assert _raw(cfg, topics, 2) == _raw(cfg, topics, 1)  # and byte for byte (snapshots, results)
 
-    # ---- 3. continue on the rebuilt checkpoint -------------------------------------------
+    # ---- 3. continue on the rebuilt state, two commands per batch --------------------------
     _send(cfg, topics.commands, MORE, 100)
     t = time.monotonic()
     query = start_processor(spark, cfg, opts_b)
@@ -219,21 +224,15 @@ def test_read_rebuild_and_continue_on_the_rebuilt_state(
             assert query.isActive, query.exception()
             assert time.monotonic() < deadline, "the processor on B did not answer in 180 s"
             time.sleep(1.0)
-        # read while the query is running: the last committed batch (results are written
-        # before the batch commits, so wait for the state to catch up)
-        deadline = time.monotonic() + 60
-        while True:
-            acc0 = read_state(spark, cfg, app, ck_b, "acc-0", topics=topics)
-            if acc0 is not None and acc0.version == 6 or time.monotonic() > deadline:
-                break
-            time.sleep(1.0)
+        with StateReader(app, cfg, topics=topics) as reader:  # read while the query runs
+            acc0 = reader.get("acc-0", min_version=6, timeout=60)
         assert query.isActive
     finally:
         query.stop()
     print(f"processor on B: {time.monotonic() - t:.1f}s")
     assert acc0 is not None and acc0.version == 6 and acc0.state.balance == 78
 
-    states_c = load_states(spark, cfg, app, ck_b, topics=topics)
+    states_c = _states(cfg, topics)
     assert states_c[(ACCOUNT, "acc-1")].version == 3  # the re-sent c11 did not run again
     assert states_c[(ACCOUNT, "acc-2")].deleted
     assert states_c[(ACCOUNT, "acc-6")].version == 1

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from cqrs.domain import CommandInput, DomainModel, decide
-from cqrs.envelope import CONTENT_TYPE, Envelope, from_kafka, to_kafka
+from cqrs.envelope import CONTENT_TYPE, Envelope, event_to_kafka, from_kafka, to_kafka
 from cqrs.errors import EnvelopeError, MalformedHeaderError, MissingHeaderError
 from cqrs.testing.example import Account, AccountHandler, Deposit, OpenAccount
 
@@ -40,6 +40,8 @@ def test_event_envelope_from_decision() -> None:
     # Spark hands headers over as structs with key / value
     spark_headers = [{"key": k, "value": v} for k, v in headers + [("traceparent", b"00-ab")]]
     assert from_kafka(key, value, spark_headers)[0] == env
+    # the processor's shortcut writes exactly what to_kafka writes
+    assert event_to_kafka(new_event, b"x") == (key, value, headers)
 
 
 @pytest.mark.parametrize(

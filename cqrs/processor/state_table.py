@@ -1,0 +1,165 @@
+"""The aggregate-state table: the processor's KTable, one Cassandra row per aggregate.
+
+Each row holds the :class:`~cqrs.results.AggregateRecord` (version, snapshot, recent command ids
+and their first results) and the fence that makes re-runs harmless:
+
+* ``source_partition`` / ``applied_offset``: the commands-topic position of the last command
+  applied to the aggregate. A command at or below it was applied already (its events and result
+  were written to Kafka before the row was), so a re-run micro-batch skips it;
+* ``commands``: how many commands the row has absorbed. Every write is ``USING TIMESTAMP
+  commands``, so a stale writer (a zombie task, a re-run after a newer batch) can never
+  overwrite a newer row, and a repeated write of the same row changes nothing.
+
+Rows live in one table per generation (``state_<app>_g<n>``); ``cqrs_state_generations`` names
+the current one, so a rebuild fills a new generation while the old one serves reads. Nothing
+about Spark's partitioning is stored: any number of Spark partitions reads and writes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import attrs
+
+from cqrs.cassandra_io import CassandraSession
+from cqrs.config import CqrsConfig
+from cqrs.errors import CqrsError
+from cqrs.topics import AppTopics
+
+__all__ = ["StateTable", "StateTableError", "StoredAggregate", "open_state_table", "state_table_name"]
+
+_UNSAFE = re.compile(r"[^a-z0-9_]")
+_COLUMNS = ("aggregate_id", "aggregate_type", "version", "deleted", "record", "source_partition",
+            "applied_offset", "commands")
+
+
+class StateTableError(CqrsError, RuntimeError):
+    """The aggregate-state table cannot be read or written."""
+
+
+@attrs.frozen(slots=True)
+class StoredAggregate:
+    """One row of the aggregate-state table."""
+
+    aggregate_id: str
+    aggregate_type: str
+    version: int
+    deleted: bool
+    record: bytes  # the AggregateRecord, app-codec encoded
+    source_partition: int  # commands-topic partition of the last command applied
+    applied_offset: int  # its offset (-1: none, e.g. a rebuilt row with no result)
+    commands: int  # commands absorbed so far: the row's write timestamp
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.aggregate_type, self.aggregate_id
+
+
+def state_table_name(app_name: str, generation: int) -> str:
+    """``state_<app>_g<n>``, within Cassandra's 48 characters (hashed when longer)."""
+    app = _UNSAFE.sub("_", app_name.lower())
+    name = f"state_{app}_g{generation}"
+    if len(name) <= 48:
+        return name
+    digest = hashlib.sha1(app_name.encode()).hexdigest()[:10]
+    return f"state_{app[:20]}_{digest}_g{generation}"[:48]
+
+
+class StateTable:
+    """The aggregate-state table of one app, over a :class:`CassandraSession`."""
+
+    def __init__(self, cassandra: CassandraSession, app_name: str) -> None:
+        self.cassandra = cassandra
+        self.app_name = app_name  # with the topic prefix, if any
+        cassandra.execute("CREATE TABLE IF NOT EXISTS cqrs_state_generations "
+                          "(app text PRIMARY KEY, current int)")
+
+    # ---- generations ---------------------------------------------------------------------------
+
+    def current_generation(self) -> int | None:
+        row = self.cassandra.execute("SELECT current FROM cqrs_state_generations WHERE app = %s",
+                                     (self.app_name,)).one()
+        return None if row is None else row[0]
+
+    def ensure_current(self) -> int:
+        """The current generation, creating generation 1 when the app has none yet."""
+        current = self.current_generation()
+        if current is None:
+            current = 1
+            self.ensure(current)
+            self.set_current(current)
+        return current
+
+    def ensure(self, generation: int) -> None:
+        self.cassandra.execute(
+            f"CREATE TABLE IF NOT EXISTS {state_table_name(self.app_name, generation)} ("
+            "aggregate_id text, aggregate_type text, version bigint, deleted boolean, "
+            "record blob, source_partition int, applied_offset bigint, commands bigint, "
+            "PRIMARY KEY ((aggregate_id), aggregate_type))")
+
+    def set_current(self, generation: int) -> None:
+        self.cassandra.execute("INSERT INTO cqrs_state_generations (app, current) VALUES (%s, %s)",
+                               (self.app_name, generation))
+
+    def drop(self, generation: int) -> None:
+        self.cassandra.execute(f"DROP TABLE IF EXISTS {state_table_name(self.app_name, generation)}")
+
+    # ---- rows ------------------------------------------------------------------------------------
+
+    def _select(self, generation: int) -> str:
+        return f"SELECT {', '.join(_COLUMNS)} FROM {state_table_name(self.app_name, generation)}"
+
+    @staticmethod
+    def _row(row: Sequence[Any]) -> StoredAggregate:
+        return StoredAggregate(row[0], row[1], row[2] or 0, bool(row[3]), bytes(row[4]),
+                               row[5] if row[5] is not None else -1,
+                               row[6] if row[6] is not None else -1, row[7] or 0)
+
+    def read(self, generation: int, aggregate_ids: Sequence[str]) -> dict[tuple[str, str], StoredAggregate]:
+        """The rows of these aggregate ids (every type), by (aggregate type, aggregate id)."""
+        rows = self.cassandra.read_in(self._select(generation), "aggregate_id", aggregate_ids)
+        return {(r[1], r[0]): self._row(r) for r in rows}
+
+    def get(self, generation: int, aggregate_id: str) -> list[StoredAggregate]:
+        """The rows of one aggregate id (one per aggregate type that has it)."""
+        stmt = self.cassandra.prepare(self._select(generation) + " WHERE aggregate_id = ?")
+        return [self._row(r) for r in self.cassandra.execute(stmt, (aggregate_id,))]
+
+    def scan(self, generation: int) -> Iterator[StoredAggregate]:
+        """Every row (for tests, comparisons and small tables)."""
+        for r in self.cassandra.execute(self._select(generation)):
+            yield self._row(r)
+
+    def write(self, generation: int, rows: Sequence[StoredAggregate]) -> None:
+        """Write rows, each ``USING TIMESTAMP`` its ``commands`` count (see the module doc)."""
+        if not rows:
+            return
+        stmt = self.cassandra.prepare(
+            f"INSERT INTO {state_table_name(self.app_name, generation)} ({', '.join(_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * len(_COLUMNS))}) USING TIMESTAMP ?", write=True)
+        self.cassandra.write_rows(
+            stmt, [r.aggregate_id for r in rows],
+            [(r.aggregate_id, r.aggregate_type, r.version, r.deleted, r.record, r.source_partition,
+              r.applied_offset, r.commands, r.commands) for r in rows])
+
+    def close(self) -> None:
+        self.cassandra.close()
+
+
+def open_state_table(cfg: CqrsConfig, topics: AppTopics) -> StateTable:
+    """The state table of the app whose topics are ``topics`` (the topic prefix separates
+    environments sharing a cluster, so it names the table too), on the configured Cassandra
+    (the ``[processor]`` settings)."""
+    p = cfg.processor
+    session = CassandraSession(
+        cfg.cassandra, read_consistency=p.read_consistency, write_consistency=p.write_consistency,
+        concurrency=p.concurrency, rows_per_request=p.rows_per_request,
+        error=lambda msg: StateTableError(f"aggregate state: {msg}"))
+    try:
+        return StateTable(session, topics.base)
+    except Exception:
+        session.close()
+        raise
