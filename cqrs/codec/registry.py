@@ -25,9 +25,9 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from cqrs.codec.compat import incompatibilities
 from cqrs.codec.schema import schema_for
 from cqrs.codec.schema_store import InMemorySchemaStore, SchemaStore
-from cqrs.codec.single_object import fingerprint, header, split
+from cqrs.codec.single_object import HEADER_SIZE, MAGIC, fingerprint, header, split
 from cqrs.codec.upcasting import Upcaster
-from cqrs.codec.values import record_from_avro, record_to_avro
+from cqrs.codec.values import Decoder, Encoder, record_decoder, record_encoder, record_from_avro
 from cqrs.domain.messages import type_name, type_version
 from cqrs.errors import (
     CodecError,
@@ -62,6 +62,24 @@ class _Writer:
     version: int
 
 
+@attrs.frozen(slots=True)
+class _EncodePlan:
+    """What ``encode`` needs per class, found once (after the schema was published)."""
+
+    header: bytes
+    parsed: Any
+    to_record: Encoder
+
+
+@attrs.frozen(slots=True)
+class _DecodePlan:
+    """What ``decode`` needs per writer fingerprint of a current class (no upcasting)."""
+
+    writer: _Writer
+    reader: Any  # None when the writer schema is the current one (fastavro skips resolution)
+    from_record: Decoder
+
+
 class Codec:
     """Encodes registered classes to bytes and decodes bytes to the current classes."""
 
@@ -77,6 +95,9 @@ class Codec:
         self._by_name: dict[str, RegisteredType] = {}
         self._published: set[bytes] = set()
         self._writers: dict[bytes, _Writer] = {}
+        # per-call lookups done once: class -> encode plan, writer fingerprint -> decode plan
+        self._encode_plans: dict[type, _EncodePlan] = {}
+        self._decode_plans: dict[bytes, _DecodePlan] = {}
         self._lock = threading.Lock()
         self._upcasters: dict[tuple[str, int], Upcaster] = {}
         for cls in classes:
@@ -151,20 +172,29 @@ class Codec:
 
     def encode(self, obj: object) -> bytes:
         """Single-object encoded Avro bytes of a registered instance."""
+        plan = self._encode_plans.get(type(obj))
+        if plan is None:
+            plan = self._encode_plan(obj)
+        record = plan.to_record(obj, None)
+        buf = io.BytesIO()  # one per call: the codec is shared by threads
+        buf.write(plan.header)
+        try:
+            schemaless_writer(buf, plan.parsed, record)
+        except Exception as exc:  # values were checked already: this is a codec bug or exotic
+            raise EncodeError(f"cannot encode {obj!r} with Avro: {exc}") from exc
+        return buf.getvalue()
+
+    def _encode_plan(self, obj: object) -> _EncodePlan:
+        """Look the class up, publish its schema and keep both (the first encode of a class)."""
         reg = self._by_class.get(type(obj))
         if reg is None:
             if isinstance(obj, type):
                 raise EncodeError(f"encode takes an instance, got the class {obj.__qualname__}")
             reg = self.lookup(type(obj))
         self._publish(reg)
-        record = record_to_avro(obj)
-        buf = io.BytesIO()
-        buf.write(reg.header)
-        try:
-            schemaless_writer(buf, reg.parsed, record)
-        except Exception as exc:  # values were checked already: this is a codec bug or exotic
-            raise EncodeError(f"cannot encode {obj!r} with Avro: {exc}") from exc
-        return buf.getvalue()
+        plan = _EncodePlan(reg.header, reg.parsed, record_encoder(reg.cls))
+        self._encode_plans[reg.cls] = plan
+        return plan
 
     def writer_of(self, data: bytes | bytearray | memoryview) -> tuple[str, int]:
         """``(type name, version)`` the bytes were written with, without decoding the body."""
@@ -174,13 +204,21 @@ class Codec:
 
     def decode(self, data: bytes | bytearray | memoryview) -> Any:
         """The current-class instance encoded in ``data`` (upcast and resolved)."""
+        if type(data) is bytes and data[:2] == MAGIC:  # the common case, without copies
+            plan = self._decode_plans.get(data[2:HEADER_SIZE])
+            if plan is not None:
+                buf = io.BytesIO(data)
+                buf.seek(HEADER_SIZE)
+                record = self._read(buf, len(data) - HEADER_SIZE, plan.writer, plan.reader)
+                return plan.from_record(record, None)
         fp, body = split(data)
         writer = self._writer(fp)
         reg = self._by_name.get(writer.type_name)
         if reg is not None and reg.version == writer.version:
-            record = self._read(body, writer, reg.parsed)
-            return record_from_avro(reg.cls, record)
-        record = self._read(body, writer, None)
+            plan = self._decode_plans.get(fp) or self._decode_plan(fp, writer, reg)
+            record = self._read(io.BytesIO(body), len(body), writer, plan.reader)
+            return plan.from_record(record, None)
+        record = self._read(io.BytesIO(body), len(body), writer, None)
         name, version = writer.type_name, writer.version
         chain = [f"{name} v{version}"]
         while (up := self._upcasters.get((name, version))) is not None:
@@ -220,23 +258,33 @@ class Codec:
             self._writers[fp] = found
         return found
 
-    def _read(self, body: memoryview, writer: _Writer, reader: Any) -> Any:
-        buf = io.BytesIO(body)
+    def _decode_plan(self, fp: bytes, writer: _Writer, reg: RegisteredType) -> _DecodePlan:
+        """Keep what decoding data of a current class written with ``fp`` needs."""
+        # fastavro drops a reader schema equal to the writer's on every call: compare once
+        reader = None if writer.parsed == reg.parsed else reg.parsed
+        plan = _DecodePlan(writer, reader, record_decoder(reg.cls))
+        self._decode_plans[fp] = plan
+        return plan
+
+    def _read(self, buf: io.BytesIO, size: int, writer: _Writer, reader: Any) -> Any:
+        """Read one record from ``buf`` (at the start of a ``size``-byte body), all of it."""
+        start = buf.tell()
         try:
             record = schemaless_reader(buf, writer.parsed, reader)
         except (EOFError, IndexError) as exc:
             raise TruncatedMessageError(
                 f"the body of a {writer.type_name} v{writer.version} message ends early "
-                f"({len(body)} bytes): the message was truncated"
+                f"({size} bytes): the message was truncated"
             ) from exc
         except Exception as exc:
             raise DecodeError(
                 f"cannot decode a {writer.type_name} v{writer.version} message: {exc}; if the "
                 "schema changed, run check_compatibility and add a default or an upcaster"
             ) from exc
-        if buf.tell() != len(body):
+        left = size - (buf.tell() - start)
+        if left:
             raise DecodeError(
-                f"{len(body) - buf.tell()} bytes left after a {writer.type_name} "
+                f"{left} bytes left after a {writer.type_name} "
                 f"v{writer.version} message: the bytes are corrupt or not one message"
             )
         return record
