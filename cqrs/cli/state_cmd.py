@@ -30,14 +30,17 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
 
     rebuild = commands.add_parser(
         "rebuild-state",
-        help="rebuild the processor's aggregate state from the events topic into a new checkpoint",
+        help="rebuild the processor's aggregate state from the events topic into a new generation",
         description="Stop the app's processor first. Folds the events topic (and the results "
-        "topic, for de-duplication and the commands' starting offsets) into a fresh checkpoint; "
-        "then run `cqrs run processor APP --checkpoint NEW`.",
+        "topic, for de-duplication and the commands' starting offsets) into a new generation of "
+        "the aggregate-state table, processes what was not answered yet on a fresh checkpoint "
+        "and makes the new generation current; then run `cqrs run processor APP --checkpoint NEW`.",
     )
     rebuild.add_argument("app", help="the App, as module:attribute")
     rebuild.add_argument("--checkpoint", help="the NEW checkpoint folder to build (default: the "
                          "processor's default checkpoint, which must not exist)")
+    rebuild.add_argument("--generation", type=int, default=None,
+                         help="the state generation to build (default: the current one plus one)")
     rebuild.set_defaults(run=_run_rebuild)
 
 
@@ -71,7 +74,7 @@ def _run_rebuild(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     checkpoint = args.checkpoint or default_rebuild_checkpoint(cfg, app.name)
     opts = ProcessorOptions(app_ref=args.app, checkpoint=checkpoint)
     spark = spark_session(cfg, f"cqrs-rebuild-{app.name}")
-    report = rebuild_state(spark, cfg, opts, checkpoint,
+    report = rebuild_state(spark, cfg, opts, checkpoint, generation=args.generation,
                            progress=lambda msg: print(msg, flush=True))
     print(json.dumps(attrs.asdict(report), indent=2, default=str))
     print(f"next: cqrs run processor {args.app} --checkpoint {checkpoint}")

@@ -24,7 +24,7 @@ def routes(ctx: HttpContext) -> APIRouter:
                         version: int | None = Query(None, ge=0, description="wait until the "
                                                     "aggregate is at this version or later "
                                                     "(read-your-writes)"),
-                        timeout: float = Query(10.0, gt=0, le=60, description="seconds to wait "
+                        timeout: float = Query(10.0, gt=0, le=3600, description="seconds to wait "
                                                "for `version`")) -> Any:
         if type is not None and type not in ctx.app.model.aggregates:
             return JSONResponse({"error": "UnknownAggregateType", "message":

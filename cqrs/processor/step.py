@@ -37,6 +37,8 @@ from cqrs.topics import AppTopics
 __all__ = ["UNDECODED", "AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord", "StepResult"]
 
 DLQ_PREFIX = "cqrs.dlq."
+_CONTENT_TYPE_HEADER = ("content-type", CONTENT_TYPE.encode())
+_STATUS_HEADERS = {s: ("cqrs.status", s.encode()) for s in (ACCEPTED, REJECTED, FAILED)}
 
 
 @attrs.frozen
@@ -145,7 +147,10 @@ class AggregateStep:
     ) -> StepResult:
         """:meth:`run`, also taking and giving the aggregate object (``decoded``: the object
         ``state.snapshot`` holds, when the caller has it, saving a decode)."""
-        ordered = sorted(records, key=lambda r: (r.partition, r.offset))
+        ordered = list(records)
+        if any(ordered[i].offset > ordered[i + 1].offset or
+               ordered[i].partition != ordered[i + 1].partition for i in range(len(ordered) - 1)):
+            ordered.sort(key=lambda r: (r.partition, r.offset))  # a shuffle's order: restore it
         out: list[OutputRecord] = []
         if aggregate_type is None or aggregate_id is None:
             for rec in ordered:
@@ -214,12 +219,12 @@ class AggregateStep:
             ])
             for p, outcome in zip(pending, decision.outcomes, strict=True):
                 result = self._result(p, aggregate_type, aggregate_id, outcome)
-                if isinstance(outcome, Accepted):
+                if type(outcome) is Accepted:
                     for new_event in outcome.events:
                         key, value, headers = event_to_kafka(
                             new_event, self.codec.encode(new_event.event))
                         out.append(OutputRecord(self.topics.events, key, value, headers))
-                elif isinstance(outcome, Failed):
+                elif type(outcome) is Failed:
                     out.append(self._dead_letter(p.record, "handler", outcome.error_type,
                                                  outcome.message))
                 result_bytes = self.codec.encode(result)
@@ -249,21 +254,22 @@ class AggregateStep:
         times = [s.timestamp_ms for s in seen]
         return [seen[i] for i in kept_indices(times, self.dedup.window_ms, self.dedup.max_per_aggregate)]
 
-    def _result(self, p: _Pending, aggregate_type: str, aggregate_id: str, outcome: Any) -> CommandResult:
-        common = dict(
-            command_id=p.envelope.command_id or p.envelope.message_id,
-            aggregate_type=aggregate_type, aggregate_id=aggregate_id,
-            timestamp=p.envelope.timestamp,
-            source_partition=p.record.partition, source_offset=p.record.offset,
-        )
-        if isinstance(outcome, Accepted):
-            return CommandResult(status=ACCEPTED, version=outcome.version,
-                                 event_ids=[e.event_id for e in outcome.events], **common)
-        if isinstance(outcome, RejectedOutcome):
-            return CommandResult(status=REJECTED, version=outcome.current_version,
-                                 reason=outcome.reason, code=outcome.code, **common)
-        return CommandResult(status=FAILED, version=outcome.current_version,
-                             error_type=outcome.error_type, message=outcome.message, **common)
+    @staticmethod
+    def _result(p: _Pending, aggregate_type: str, aggregate_id: str, outcome: Any) -> CommandResult:
+        # positional arguments, in CommandResult's field order: this runs once per command
+        env, rec = p.envelope, p.record
+        cid = env.command_id or env.message_id
+        if type(outcome) is Accepted:
+            return CommandResult(cid, ACCEPTED, aggregate_type, aggregate_id, outcome.version,
+                                 env.timestamp, rec.partition, rec.offset,
+                                 [e.event_id for e in outcome.events])
+        if type(outcome) is RejectedOutcome:
+            return CommandResult(cid, REJECTED, aggregate_type, aggregate_id,
+                                 outcome.current_version, env.timestamp, rec.partition, rec.offset,
+                                 [], outcome.reason, outcome.code)
+        return CommandResult(cid, FAILED, aggregate_type, aggregate_id, outcome.current_version,
+                             env.timestamp, rec.partition, rec.offset, [], None, None,
+                             outcome.error_type, outcome.message)
 
     def _reply_partition(self, envelope: Envelope | None) -> int | None:
         """The partition the sender of ``envelope`` listens on, if it asked for a valid one."""
@@ -274,14 +280,15 @@ class AggregateStep:
 
     def _result_record(self, result: CommandResult, value: bytes,
                        envelope: Envelope | None = None) -> OutputRecord:
+        command_id = result.command_id.encode()
         headers = [
-            ("content-type", CONTENT_TYPE.encode()),
-            ("cqrs.command_id", result.command_id.encode()),
+            _CONTENT_TYPE_HEADER,
+            ("cqrs.command_id", command_id),
             ("cqrs.aggregate_type", result.aggregate_type.encode()),
             ("cqrs.aggregate_id", result.aggregate_id.encode()),
-            ("cqrs.status", result.status.encode()),
+            _STATUS_HEADERS.get(result.status) or ("cqrs.status", result.status.encode()),
         ]
-        return OutputRecord(self.topics.results, result.command_id.encode(), value, headers,
+        return OutputRecord(self.topics.results, command_id, value, headers,
                             self._reply_partition(envelope))
 
     def _unreadable(

@@ -158,14 +158,11 @@ def test_state_reader_returns_version_and_state(running: Running, client: Comman
     acc = _acc()
     client.send_and_wait(acc, OpenAccount("fay"), timeout=WAIT)
     last = client.send_and_wait(acc, Deposit(30), timeout=WAIT)
-    reader = StateReader(app, running.cfg, checkpoint=running.checkpoint, spark=spark)
-    deadline = time.monotonic() + WAIT
-    state = reader.get(acc)
-    while (state is None or state.version < last.version) and time.monotonic() < deadline:
-        time.sleep(1)  # the state becomes readable when the batch that wrote it commits
-        state = reader.get(acc)
-    assert state is not None and (state.version, state.state.balance) == (2, 30)
-    assert reader.get("acc-never-seen") is None
+    with StateReader(app, running.cfg, topics=running.topics) as reader:
+        # the state row is written right after the result: wait for the version the result gave
+        state = reader.get(acc, min_version=last.version, timeout=WAIT)
+        assert state is not None and (state.version, state.state.balance) == (2, 30)
+        assert reader.get("acc-never-seen") is None
 
 
 # ---- CLI -------------------------------------------------------------------------------------
@@ -217,8 +214,8 @@ def server(running: Running, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with log.open("w") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cqrs.cli.main", "serve", APP_REF, "--port", str(port),
-             "--checkpoint", running.checkpoint], env=running.env(), stdout=sink, stderr=sink)
+            [sys.executable, "-m", "cqrs.cli.main", "serve", APP_REF, "--port", str(port)],
+            env=running.env(), stdout=sink, stderr=sink)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -262,13 +259,9 @@ def test_http_round_trip_and_state(server: str) -> None:
                       json={"aggregate_id": acc, "data": {"amount": 1000}})
         assert r.status_code == 200 and r.json()["code"] == "insufficient_funds"
 
-        deadline = time.monotonic() + WAIT
-        while True:
-            r = http.get(f"/aggregates/{acc}")
-            if r.status_code == 200 and r.json()["version"] == 2 or time.monotonic() > deadline:
-                break
-            time.sleep(1)
+        r = http.get(f"/aggregates/{acc}", params={"version": 2, "timeout": WAIT})  # read-your-writes
         assert r.status_code == 200, r.text
+        assert r.json()["version"] == 2
         assert r.json()["state"]["balance"] == 12 and r.json()["aggregate_type"] == "example.bank.Account"
         assert http.get("/aggregates/acc-nobody").status_code == 404
 

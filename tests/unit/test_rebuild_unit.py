@@ -18,6 +18,7 @@ from cqrs.envelope import from_kafka
 from cqrs.errors import ReplayError
 from cqrs.processor import job
 from cqrs.processor.job import ProcessorOptions
+from cqrs.processor.partition import Worker
 from cqrs.processor.rebuild import EVENT, RESULT, _fold_group, starting_offsets_json
 from cqrs.processor.state import AggregateState
 from cqrs.processor.step import AggregateStep, DedupPolicy, InputRecord, OutputRecord
@@ -40,12 +41,12 @@ def opts() -> Iterator[tuple[CqrsConfig, ProcessorOptions, AggregateStep]]:
     options = ProcessorOptions("cqrs.testing.example_app:app", topics=TOPICS,
                                dedup=DedupPolicy(window_ms=10_000, max_per_aggregate=3))
     step = AggregateStep(app, app.codec, TOPICS, options.dedup)
-    key = (repr(cfg), repr(options))
-    job._STEPS[key] = step  # noqa: SLF001
+    key = repr((cfg, options, False))
+    job._WORKERS[key] = Worker(cfg, step, None, 0, None)  # type: ignore[arg-type]  # noqa: SLF001
     try:
         yield cfg, options, step
     finally:
-        job._STEPS.pop(key, None)  # noqa: SLF001
+        job._WORKERS.pop(key, None)  # noqa: SLF001
 
 
 def _run(step: AggregateStep, batches: list[list[tuple[object, str]]], agg: str = "acc-1",
@@ -130,11 +131,12 @@ def test_starting_offsets_follow_the_last_answered_command() -> None:
 
 def test_cli_registers_state_get_and_rebuild_state() -> None:
     parser = build_parser()
-    args = parser.parse_args(["state", "get", "m:app", "acc-1", "--type", "T", "--batch", "3"])
-    assert (args.aggregate_id, args.aggregate_type, args.batch) == ("acc-1", "T", 3)
+    args = parser.parse_args(["state", "get", "m:app", "acc-1", "--type", "T", "--version", "3"])
+    assert (args.aggregate_id, args.aggregate_type, args.min_version) == ("acc-1", "T", 3)
     assert callable(args.run)
-    args = parser.parse_args(["rebuild-state", "m:app", "--checkpoint", "/ck/new"])
-    assert args.checkpoint == "/ck/new" and callable(args.run)
+    args = parser.parse_args(["rebuild-state", "m:app", "--checkpoint", "/ck/new",
+                              "--generation", "4"])
+    assert (args.checkpoint, args.generation) == ("/ck/new", 4) and callable(args.run)
     printed = json.loads(state_as_json(
         AggregateState(ACCOUNT, "acc-1", 2, False, Account(owner="ann", is_open=True, balance=5), ("a", "b"))))
     assert printed["state"] == {"owner": "ann", "is_open": True, "balance": 5}
