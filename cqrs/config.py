@@ -113,7 +113,7 @@ class KafkaSettings:
 class CassandraSettings:
     hosts: str = setting("127.0.0.1", "CQRS_CASSANDRA_HOSTS", "Contact points, comma separated.")
     port: int = setting(19042, "CQRS_CASSANDRA_PORT", "CQL native transport port.")
-    keyspace: str = setting("cqrs", "CQRS_CASSANDRA_KEYSPACE", "Keyspace of the read models.")
+    keyspace: str = setting("cqrs", "CQRS_CASSANDRA_KEYSPACE", "Keyspace of the read models and the aggregate-state tables.")
     replication: str = setting(
         "{'class': 'SimpleStrategy', 'replication_factor': 1}",
         "CQRS_CASSANDRA_REPLICATION",
@@ -132,7 +132,7 @@ class CassandraSettings:
 class SparkSettings:
     master: str = setting("local[2]", "CQRS_SPARK_MASTER", "Spark master URL.")
     shuffle_partitions: int = setting(
-        4, "CQRS_SPARK_SHUFFLE_PARTITIONS", "spark.sql.shuffle.partitions (state partitions)."
+        4, "CQRS_SPARK_SHUFFLE_PARTITIONS", "spark.sql.shuffle.partitions (shuffles of re-keyed projections and rebuilds)."
     )
     checkpoint_dir: str = setting(
         "~/.cache/cqrs/checkpoints",

@@ -1,7 +1,7 @@
 """The one place a SparkSession is built: local mode by default, a cluster by configuration.
 
 Defaults suit the 2-core development machine: ``local[2]``, few shuffle (= state) partitions,
-RocksDB state store with changelog checkpointing, and the Kafka connector jars from the dev
+and the Kafka connector jars from the dev
 cache (``cqrs dev install``) so nothing is downloaded when a job starts. Every option can be
 overridden through ``[spark] conf`` in the configuration file.
 """
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["connector_jars", "spark_conf", "spark_session", "with_trigger"]
 
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 FS_CHECKPOINT_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
 
@@ -45,15 +44,12 @@ def spark_conf(cfg: CqrsConfig) -> dict[str, str]:
         "spark.driver.memory": cfg.spark.driver_memory,
         "spark.sql.shuffle.partitions": str(cfg.spark.shuffle_partitions),
         "spark.default.parallelism": str(cfg.spark.shuffle_partitions),
-        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.sql.streaming.stateStore.stateSchemaCheck": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.python.worker.reuse": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.sql.adaptive.enabled": "false",  # keeps the state partitioning predictable
+        "spark.sql.adaptive.enabled": "false",  # micro-batches are small: no re-planning per stage
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }

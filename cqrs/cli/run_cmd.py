@@ -36,6 +36,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
 def _run_processor(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     from cqrs.loading import load_app
     from cqrs.processor.job import ProcessorOptions, checkpoint_for, start_processor
+    from cqrs.processor.partition import SliceStats
     from cqrs.spark_session import spark_session
 
     app = load_app(args.app)
@@ -46,17 +47,20 @@ def _run_processor(cfg: CqrsConfig, args: argparse.Namespace) -> int:
         trigger_interval=args.trigger,
     )
     spark = spark_session(cfg, f"cqrs-processor-{app.name}")
-    query = start_processor(spark, cfg, opts, available_now=args.available_now)
+    started = [time.monotonic()]
+
+    def on_batch(batch_id: int, s: SliceStats) -> None:
+        now = time.monotonic()
+        rate = s.commands / max(now - started[0], 1e-6)
+        started[0] = now
+        print(f"batch {batch_id}: {s.commands} commands, {s.aggregates} aggregates, {s.records} "
+              f"records written, {s.dead_letters} dead letters, {s.skipped} already applied, "
+              f"{rate:,.0f} commands/s", flush=True)
+
+    query = start_processor(spark, cfg, opts, available_now=args.available_now, on_batch=on_batch)
     print(f"processor for {app.name!r} running; checkpoint {opts.checkpoint}", flush=True)
-    last_batch = -1
     try:
         while query.isActive:
-            progress = query.lastProgress
-            if progress and progress["batchId"] != last_batch:
-                last_batch = progress["batchId"]
-                rows = progress.get("numInputRows", 0)
-                rate = progress.get("processedRowsPerSecond") or 0.0
-                print(f"batch {last_batch}: {rows} commands, {rate:.0f}/s", flush=True)
             time.sleep(1.0)
         query.awaitTermination()
     except KeyboardInterrupt:

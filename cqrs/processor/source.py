@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import pickle
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,11 +49,13 @@ class SourceSettings:
 
 
 def command_source_options(settings: SourceSettings) -> dict[str, str]:
-    return {_PAYLOAD: base64.b64encode(pickle.dumps(settings)).decode("ascii")}
+    # compressed: Spark runs its redaction regex over option values, which overflows the
+    # stream thread's stack on a long one
+    return {_PAYLOAD: base64.b64encode(zlib.compress(pickle.dumps(settings), 9)).decode("ascii")}
 
 
 def _settings(options: Any) -> SourceSettings:
-    return pickle.loads(base64.b64decode(options[_PAYLOAD]))  # noqa: S301 - our own option
+    return pickle.loads(zlib.decompress(base64.b64decode(options[_PAYLOAD])))  # noqa: S301 - ours
 
 
 def register_source(spark: Any) -> None:
