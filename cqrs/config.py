@@ -273,6 +273,11 @@ class ProcessorSettings:
     concurrency: int = setting(
         64, "CQRS_PROCESSOR_CONCURRENCY", "Cassandra requests in flight per Spark task.",
     )
+    tasks: int = setting(
+        0, "CQRS_PROCESSOR_TASKS",
+        "Spark tasks per micro-batch at most, each taking whole commands partitions (0: the "
+        "cores of a local[N] master, else spark.default.parallelism).",
+    )
     rows_per_request: int = setting(
         32, "CQRS_PROCESSOR_ROWS_PER_REQUEST",
         "Aggregate-state rows per Cassandra request (IN reads, unlogged batches); 1: a request "

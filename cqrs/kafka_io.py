@@ -16,7 +16,7 @@ import attrs
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError, KafkaUnavailableError, TopicNotFoundError
 
-__all__ = ["KafkaRecord", "make_admin", "make_consumer", "make_producer", "read_to_end", "watermarks"]
+__all__ = ["KafkaRecord", "OffsetReader", "make_admin", "make_consumer", "make_producer", "read_to_end", "watermarks"]
 
 
 @attrs.frozen
@@ -120,6 +120,37 @@ def _watermarks(cfg: CqrsConfig, topic: str) -> dict[int, tuple[int, int]]:
         ) from exc
     finally:
         consumer.close()
+
+
+class OffsetReader:
+    """A topic's watermarks read again and again through one consumer (a streaming source asks
+    every micro-batch; a consumer per call costs a connection and a metadata round trip)."""
+
+    def __init__(self, cfg: CqrsConfig, topic: str) -> None:
+        self.cfg = cfg
+        self.topic = topic
+        self._consumer: Any = None
+        self._partitions: list[int] = []
+
+    def watermarks(self) -> dict[int, tuple[int, int]]:
+        """``partition -> (low, high)``; the partitions are looked up once (a fresh consumer and
+        a retry after an error, as :func:`watermarks` does)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        if self._consumer is None:
+            self._partitions = sorted(watermarks(self.cfg, self.topic))
+            self._consumer = make_consumer(self.cfg)
+        try:
+            return {p: self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)
+                    for p in self._partitions}
+        except KafkaException:
+            self.close()  # reconnect on the next call; this one takes the slow, retrying path
+            return watermarks(self.cfg, self.topic)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
 
 def read_to_end(cfg: CqrsConfig, topics: Iterable[str], timeout_s: float = 60.0) -> list[KafkaRecord]:

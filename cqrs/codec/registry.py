@@ -8,6 +8,10 @@ the schema store on first use). Decoding finds the writer schema by fingerprint,
 * older version (or a renamed type): decode with the writer schema, run the upcasters
   (type, v1) -> v2 -> v3 ..., then build the current class (missing fields take defaults).
 
+Bodies written with a class's current schema are written and read by code generated for it
+(:mod:`cqrs.codec.binary`); on anything that code does not handle (an unexpected value, corrupt
+bytes), encoding and decoding go through fastavro, whose results and errors are the reference.
+
 ``check_compatibility(store, codec)`` is run when an app starts: it refuses a current schema that
 cannot read what the store says was written before.
 """
@@ -22,6 +26,7 @@ from typing import Any
 import attrs
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
+from cqrs.codec.binary import Reader, Writer, record_reader, record_writer
 from cqrs.codec.compat import incompatibilities
 from cqrs.codec.schema import schema_for
 from cqrs.codec.schema_store import InMemorySchemaStore, SchemaStore
@@ -69,6 +74,7 @@ class _EncodePlan:
     header: bytes
     parsed: Any
     to_record: Encoder
+    write: Writer | None  # header + body, generated; None: fastavro only
 
 
 @attrs.frozen(slots=True)
@@ -78,10 +84,15 @@ class _DecodePlan:
     writer: _Writer
     reader: Any  # None when the writer schema is the current one (fastavro skips resolution)
     from_record: Decoder
+    read: Reader | None  # generated, when the writer schema is the current one
 
 
 class Codec:
     """Encodes registered classes to bytes and decodes bytes to the current classes."""
+
+    # use the generated Avro writers and readers where they apply (False: fastavro only, the
+    # reference they are compared with)
+    _generated: bool = True
 
     def __init__(
         self,
@@ -98,6 +109,9 @@ class Codec:
         # per-call lookups done once: class -> encode plan, writer fingerprint -> decode plan
         self._encode_plans: dict[type, _EncodePlan] = {}
         self._decode_plans: dict[bytes, _DecodePlan] = {}
+        # the generated writer per class and reader per header (the hottest paths)
+        self._writes: dict[type, Writer] = {}
+        self._reads: dict[bytes, Reader] = {}
         self._lock = threading.Lock()
         self._upcasters: dict[tuple[str, int], Upcaster] = {}
         for cls in classes:
@@ -172,9 +186,17 @@ class Codec:
 
     def encode(self, obj: object) -> bytes:
         """Single-object encoded Avro bytes of a registered instance."""
+        write = self._writes.get(type(obj))
+        if write is not None:
+            try:
+                return write(obj)
+            except Exception:  # noqa: BLE001, S110 - a value it does not take: the path below
+                pass  # checks every value and raises the error naming the field
         plan = self._encode_plans.get(type(obj))
         if plan is None:
             plan = self._encode_plan(obj)
+            if plan.write is not None:  # the first encode of a class: now with its writer
+                return self.encode(obj)
         record = plan.to_record(obj, None)
         buf = io.BytesIO()  # one per call: the codec is shared by threads
         buf.write(plan.header)
@@ -192,8 +214,11 @@ class Codec:
                 raise EncodeError(f"encode takes an instance, got the class {obj.__qualname__}")
             reg = self.lookup(type(obj))
         self._publish(reg)
-        plan = _EncodePlan(reg.header, reg.parsed, record_encoder(reg.cls))
+        write = record_writer(reg.cls, reg.schema, reg.header) if self._generated else None
+        plan = _EncodePlan(reg.header, reg.parsed, record_encoder(reg.cls), write)
         self._encode_plans[reg.cls] = plan
+        if write is not None:
+            self._writes[reg.cls] = write
         return plan
 
     def writer_of(self, data: bytes | bytearray | memoryview) -> tuple[str, int]:
@@ -204,7 +229,14 @@ class Codec:
 
     def decode(self, data: bytes | bytearray | memoryview) -> Any:
         """The current-class instance encoded in ``data`` (upcast and resolved)."""
-        if type(data) is bytes and data[:2] == MAGIC:  # the common case, without copies
+        if type(data) is bytes:  # the common case, without copies
+            read = self._reads.get(data[:HEADER_SIZE])
+            if read is not None:
+                try:
+                    return read(data, HEADER_SIZE)
+                except Exception:  # noqa: BLE001, S110 - bytes it does not read as fastavro
+                    pass  # would (e.g. truncated): fastavro's result or error below
+        if type(data) is bytes and data[:2] == MAGIC:
             plan = self._decode_plans.get(data[2:HEADER_SIZE])
             if plan is not None:
                 buf = io.BytesIO(data)
@@ -216,6 +248,11 @@ class Codec:
         reg = self._by_name.get(writer.type_name)
         if reg is not None and reg.version == writer.version:
             plan = self._decode_plans.get(fp) or self._decode_plan(fp, writer, reg)
+            if plan.read is not None:
+                try:
+                    return plan.read(bytes(body), 0)
+                except Exception:  # noqa: BLE001, S110 - as above
+                    pass
             record = self._read(io.BytesIO(body), len(body), writer, plan.reader)
             return plan.from_record(record, None)
         record = self._read(io.BytesIO(body), len(body), writer, None)
@@ -262,8 +299,11 @@ class Codec:
         """Keep what decoding data of a current class written with ``fp`` needs."""
         # fastavro drops a reader schema equal to the writer's on every call: compare once
         reader = None if writer.parsed == reg.parsed else reg.parsed
-        plan = _DecodePlan(writer, reader, record_decoder(reg.cls))
+        read = record_reader(reg.cls, reg.schema) if reader is None and self._generated else None
+        plan = _DecodePlan(writer, reader, record_decoder(reg.cls), read)
         self._decode_plans[fp] = plan
+        if read is not None:
+            self._reads[header(fp)] = read
         return plan
 
     def _read(self, buf: io.BytesIO, size: int, writer: _Writer, reader: Any) -> Any:

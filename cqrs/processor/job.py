@@ -135,6 +135,19 @@ def publish_app_schemas(cfg: CqrsConfig, topics: AppTopics, app: App) -> None:
         store.close()
 
 
+def _tasks(cfg: CqrsConfig, spark: SparkSession) -> int:
+    """Tasks per micro-batch: the setting, else the cores of local[N], else Spark's default."""
+    import os
+    import re
+
+    if cfg.processor.tasks > 0:
+        return cfg.processor.tasks
+    local = re.fullmatch(r"local\[(\d+|\*)\]", spark.sparkContext.master)
+    if local is not None:
+        return os.cpu_count() or 1 if local.group(1) == "*" else int(local.group(1))
+    return int(spark.sparkContext.defaultParallelism)
+
+
 def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
                     *, available_now: bool = False, starting_offsets: str = "earliest",
                     name_suffix: str = "",
@@ -160,7 +173,8 @@ def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions
                         state_generation=generation)
     publish_app_schemas(cfg, topics, app)
     register_source(spark)
-    settings = SourceSettings(cfg, opts, topics.commands, starting_offsets)
+    settings = SourceSettings(cfg, opts, topics.commands, starting_offsets,
+                              tasks=_tasks(cfg, spark))
     source = (spark.readStream.format(SOURCE_NAME).options(**command_source_options(settings))
               .load())
 

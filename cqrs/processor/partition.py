@@ -178,11 +178,12 @@ class Worker:
         self.errors: list[str] = []
         self._lock = threading.Lock()
 
-    def fetch(self, topic: str, partition: int, start: int, end: int,
-              timeout_s: float = 120.0) -> list[tuple[bytes | None, bytes | None, Any, int]]:
-        """The records of ``topic`` partition ``partition`` at offsets [start, end), as (key,
-        value, headers, offset), read with this worker's consumer (librdkafka, no group)."""
-        from confluent_kafka import KafkaError, TopicPartition
+    def fetch(self, topic: str, ranges: dict[int, tuple[int, int]], timeout_s: float = 120.0,
+              ) -> dict[int, list[tuple[bytes | None, bytes | None, Any, int]]]:
+        """The records of ``topic`` at ``{partition: (start, end)}`` offsets (end exclusive), per
+        partition as (key, value, headers, offset) in offset order: one consumer (librdkafka,
+        no group) assigned to every range at once."""
+        from confluent_kafka import TopicPartition
 
         if self.consumer is None:
             from cqrs.kafka_io import make_consumer
@@ -190,29 +191,32 @@ class Worker:
             self.consumer = make_consumer(self.cfg, **{"fetch.wait.max.ms": 10,
                                                       "enable.partition.eof": False})
         consumer = self.consumer
-        consumer.assign([TopicPartition(topic, partition, start)])
-        out: list[tuple[bytes | None, bytes | None, Any, int]] = []
+        out: dict[int, list[tuple[bytes | None, bytes | None, Any, int]]] = {p: [] for p in ranges}
+        waiting = {p: r for p, r in ranges.items() if r[1] > r[0]}
+        if not waiting:
+            return out
+        consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in waiting.items()])
         deadline = time.monotonic() + timeout_s
         try:
-            while True:
-                for msg in consumer.consume(min(end - start - len(out), 100_000) or 1, 0.5):
+            while waiting:
+                left = sum(end - start - len(out[p]) for p, (start, end) in waiting.items())
+                for msg in consumer.consume(max(1, min(left, 100_000)), 0.5):
                     err = msg.error()
                     if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            continue
-                        raise FetchError(f"reading {topic}[{partition}] at {start}..{end}: {err}")
-                    offset = msg.offset()
-                    if offset < end:
-                        out.append((msg.key(), msg.value(), msg.headers(), offset))
-                if (out and out[-1][3] >= end - 1) or self._position(topic, partition) >= end:
-                    return out
-                if time.monotonic() > deadline:
+                        raise FetchError(f"reading {topic}[{msg.partition()}]: {err}")
+                    p, offset = msg.partition(), msg.offset()
+                    if p in waiting and offset < waiting[p][1]:
+                        out[p].append((msg.key(), msg.value(), msg.headers(), offset))
+                for p in [p for p, (_, end) in waiting.items()
+                          if (out[p] and out[p][-1][3] >= end - 1) or self._position(topic, p) >= end]:
+                    del waiting[p]  # complete (a gap at its end, e.g. a transaction marker, too)
+                if waiting and time.monotonic() > deadline:
                     raise FetchError(
-                        f"read only {len(out)} records of {topic}[{partition}] offsets {start}..{end} "
-                        f"in {timeout_s:.0f} s: is Kafka at {self.cfg.kafka.bootstrap_servers} "
-                        "reachable and the topic intact?")
+                        f"could not read {topic} offsets {waiting} within {timeout_s:.0f} s: is "
+                        f"Kafka at {self.cfg.kafka.bootstrap_servers} reachable and the topic intact?")
         finally:
             consumer.unassign()
+        return out
 
     def _position(self, topic: str, partition: int) -> int:
         from confluent_kafka import TopicPartition

@@ -4,8 +4,10 @@ tasks process what they read.
 Spark plans each micro-batch as usual: the driver side of this source asks Kafka for the end
 offsets (capped by ``maxOffsetsPerTrigger``), Spark writes them to the checkpoint's offset log,
 hands one task per Kafka partition to the Python workers and commits the batch when every
-task succeeded. A task reads its partition's offset range with librdkafka and runs
-:func:`~cqrs.processor.partition.process_slice` on it, returning one row of figures.
+task succeeded. A task takes whole partitions (at most one task per core Spark has, so a batch's per-task
+costs are paid once per core, not once per partition), reads their offset ranges with
+librdkafka and runs :func:`~cqrs.processor.partition.process_slice` on each partition's slice,
+returning one row of figures.
 
 Why not Spark's Kafka connector here: the records would pass through the JVM (Kafka consumer,
 rows, header expressions, Arrow) before reaching the Python step that needs them; measured on
@@ -46,6 +48,7 @@ class SourceSettings:
     opts: ProcessorOptions
     topic: str
     starting_offsets: str = "earliest"  # or Spark's JSON form {topic: {partition: offset}}
+    tasks: int = 2  # tasks per micro-batch at most (the cores Spark has): partitions share them
 
 
 def command_source_options(settings: SourceSettings) -> dict[str, str]:
@@ -69,18 +72,26 @@ def _source_class() -> type:
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-    class Slice(InputPartition):  # type: ignore[misc]
-        def __init__(self, partition: int, start: int, end: int) -> None:
-            self.partition, self.start, self.end = partition, start, end
+    class Slices(InputPartition):  # type: ignore[misc]
+        """One task's share of a micro-batch: {partition: (start, end)}."""
+
+        def __init__(self, ranges: dict[int, tuple[int, int]]) -> None:
+            self.ranges = ranges
 
     class Reader(DataSourceStreamReader):  # type: ignore[misc]
         def __init__(self, settings: SourceSettings) -> None:
             self.settings = settings
+            self._offsets: Any = None  # the driver side's consumer, kept between micro-batches
 
         def _marks(self) -> dict[int, tuple[int, int]]:
-            from cqrs.kafka_io import watermarks
+            from cqrs.kafka_io import OffsetReader
 
-            return watermarks(self.settings.cfg, self.settings.topic)
+            if self._offsets is None:
+                self._offsets = OffsetReader(self.settings.cfg, self.settings.topic)
+            return self._offsets.watermarks()
+
+        def __getstate__(self) -> dict[str, Any]:  # the tasks get the settings, not the consumer
+            return {"settings": self.settings, "_offsets": None}
 
         def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
             marks = self._marks()
@@ -104,22 +115,38 @@ def _source_class() -> type:
                 ends = _capped(start, ends, limit.max_rows)
             return ends
 
-        def partitions(self, start: dict, end: dict) -> Sequence[Slice]:
-            return [Slice(int(p), int(start.get(p, 0)), int(e)) for p, e in sorted(end.items())
-                    if int(e) > int(start.get(p, 0))]
+        def partitions(self, start: dict, end: dict) -> Sequence[Slices]:
+            waiting = [(int(p), int(start.get(p, 0)), int(e)) for p, e in sorted(end.items())
+                       if int(e) > int(start.get(p, 0))]
+            tasks = max(1, min(self.settings.tasks, len(waiting)))
+            # each task takes whole partitions (an aggregate's commands stay in one task), the
+            # busiest first to the least loaded task
+            shares: list[dict[int, tuple[int, int]]] = [{} for _ in range(tasks)]
+            loads = [0] * tasks
+            for p, s, e in sorted(waiting, key=lambda w: w[1] - w[2]):
+                i = loads.index(min(loads))
+                shares[i][p] = (s, e)
+                loads[i] += e - s
+            return [Slices(share) for share in shares if share]
 
-        def read(self, partition: Slice) -> Iterator[tuple[Any, ...]]:
+        def read(self, partition: Slices) -> Iterator[tuple[Any, ...]]:
             from cqrs.processor.job import worker_for
-            from cqrs.processor.partition import process_slice
+            from cqrs.processor.partition import SliceStats, process_slice
 
             s = self.settings
             worker = worker_for(s.cfg, s.opts)
-            messages = worker.fetch(s.topic, partition.partition, partition.start, partition.end)
-            stats = process_slice(worker, s.topic, partition.partition, messages)
-            yield tuple(getattr(stats, f) for f in STATS_FIELDS)
+            total = SliceStats()
+            for p, messages in worker.fetch(s.topic, partition.ranges).items():
+                total.add(process_slice(worker, s.topic, p, messages))
+            yield tuple(getattr(total, f) for f in STATS_FIELDS)
 
         def commit(self, end: dict) -> None:
             pass
+
+        def stop(self) -> None:
+            if self._offsets is not None:
+                self._offsets.close()
+                self._offsets = None
 
     class CommandSource(DataSource):  # type: ignore[misc]
         @classmethod
