@@ -16,7 +16,12 @@ from typing import Any
 from cqrs.config import CassandraSettings
 from cqrs.errors import CqrsError
 
-__all__ = ["CassandraSession", "CassandraUnavailableError", "consistency_level", "quote"]
+__all__ = ["MAX_BATCH_BYTES", "CassandraSession", "CassandraUnavailableError", "consistency_level",
+           "quote"]
+
+# Cassandra warns about a batch over 5 KiB and refuses one over 50 KiB by default (the dev
+# stack allows 64 / 640): larger rows are written in smaller batches, a very large one alone
+MAX_BATCH_BYTES = 40_000
 
 
 class CassandraUnavailableError(CqrsError, RuntimeError):
@@ -142,16 +147,31 @@ class CassandraSession:
             raise self.error(f"{what} failed: {exc}") from exc
         return [r for _, r in results]
 
-    def groups(self, keys: Sequence[str]) -> list[list[int]]:
+    def groups(self, keys: Sequence[str], sizes: Sequence[int] | None = None) -> list[list[int]]:
         """Indices of ``keys`` (partition keys, text) in groups of at most ``rows_per_request``,
-        each group's keys owned by the same replicas."""
+        each group's keys owned by the same replicas; with ``sizes`` (bytes per row), a group
+        also stays under :data:`MAX_BATCH_BYTES` (a larger row goes alone)."""
         n = self.rows_per_request
         by_replicas: dict[Any, list[int]] = {}
         metadata = self.cluster.metadata
         for i, key in enumerate(keys):
             replicas = metadata.get_replicas(self.keyspace, key.encode())
             by_replicas.setdefault(tuple(sorted(h.host_id for h in replicas)), []).append(i)
-        return [idx[j:j + n] for idx in by_replicas.values() for j in range(0, len(idx), n)]
+        if sizes is None:
+            return [idx[j:j + n] for idx in by_replicas.values() for j in range(0, len(idx), n)]
+        out: list[list[int]] = []
+        for idx in by_replicas.values():
+            group: list[int] = []
+            total = 0
+            for i in idx:
+                if group and (len(group) == n or total + sizes[i] > MAX_BATCH_BYTES):
+                    out.append(group)
+                    group, total = [], 0
+                group.append(i)
+                total += sizes[i]
+            if group:
+                out.append(group)
+        return out
 
     def read_in(self, select: str, key_column: str, keys: Sequence[str]) -> list[Any]:
         """Rows of ``select`` (a SELECT without WHERE) whose ``key_column`` (the partition key)
@@ -166,16 +186,18 @@ class CassandraSession:
             params = [([keys[i] for i in group],) for group in self.groups(keys)]
         return [row for rows in self.concurrent(stmt, params) for row in rows]
 
-    def write_rows(self, stmt: Any, keys: Sequence[str], params: Sequence[Sequence[Any]]) -> None:
+    def write_rows(self, stmt: Any, keys: Sequence[str], params: Sequence[Sequence[Any]],
+                   sizes: Sequence[int] | None = None) -> None:
         """``stmt`` once per row of ``params`` (``keys``: each row's partition key), as
-        unlogged batches grouped by replica, or a request per row."""
+        unlogged batches grouped by replica (and by ``sizes``, see :meth:`groups`), or a
+        request per row."""
         from cassandra.query import BatchStatement, BatchType
 
         if self.rows_per_request == 1:
             self.concurrent(stmt, params)
             return
         batches = []
-        for group in self.groups(keys):
+        for group in self.groups(keys, sizes):
             batch = BatchStatement(BatchType.UNLOGGED, consistency_level=self.write_cl)
             for i in group:
                 batch.add(stmt, params[i])

@@ -20,12 +20,15 @@ hand records to Python too but in bulk columns, keep the connector.
 from __future__ import annotations
 
 import base64
+import json
 import pickle
 import zlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from cqrs.config import CqrsConfig
 from cqrs.processor.partition import STATS_FIELDS
@@ -33,7 +36,10 @@ from cqrs.processor.partition import STATS_FIELDS
 if TYPE_CHECKING:
     from cqrs.processor.job import ProcessorOptions
 
-__all__ = ["SOURCE_NAME", "STATS_SCHEMA", "SourceSettings", "command_source_options", "register_source"]
+__all__ = [
+    "SOURCE_NAME", "STATS_SCHEMA", "CommandReader", "CommandSource", "Slices", "SourceSettings",
+    "command_source_options", "register_source",
+]
 
 SOURCE_NAME = "cqrs-commands"
 STATS_SCHEMA = ", ".join(f"{f} {'double' if f.endswith('_s') else 'long'}" for f in STATS_FIELDS)
@@ -63,103 +69,105 @@ def _settings(options: Any) -> SourceSettings:
 
 def register_source(spark: Any) -> None:
     """Register the source with the session (idempotent)."""
-    spark.dataSource.register(_source_class())
+    spark.dataSource.register(CommandSource)
 
 
-def _source_class() -> type:
-    import json
+# Module-level classes: Spark pickles the reader into every task, and a class defined inside a
+# function would travel by value (its code with it) and be rebuilt in the worker each time.
 
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-    class Slices(InputPartition):  # type: ignore[misc]
-        """One task's share of a micro-batch: {partition: (start, end)}."""
+class Slices(InputPartition):  # type: ignore[misc]
+    """One task's share of a micro-batch: {partition: (start, end)}."""
 
-        def __init__(self, ranges: dict[int, tuple[int, int]]) -> None:
-            self.ranges = ranges
+    def __init__(self, ranges: dict[int, tuple[int, int]]) -> None:
+        self.ranges = ranges
 
-    class Reader(DataSourceStreamReader):  # type: ignore[misc]
-        def __init__(self, settings: SourceSettings) -> None:
-            self.settings = settings
-            self._offsets: Any = None  # the driver side's consumer, kept between micro-batches
 
-        def _marks(self) -> dict[int, tuple[int, int]]:
-            from cqrs.kafka_io import OffsetReader
+class CommandReader(DataSourceStreamReader):  # type: ignore[misc]
+    """Plans micro-batches over the commands topic; its tasks process what they read."""
 
-            if self._offsets is None:
-                self._offsets = OffsetReader(self.settings.cfg, self.settings.topic)
-            return self._offsets.watermarks()
+    def __init__(self, settings: SourceSettings) -> None:
+        self.settings = settings
+        self._offsets: Any = None  # the driver side's consumer, kept between micro-batches
 
-        def __getstate__(self) -> dict[str, Any]:  # the tasks get the settings, not the consumer
-            return {"settings": self.settings, "_offsets": None}
+    def __getstate__(self) -> dict[str, Any]:  # tasks get the settings, not the consumer
+        return {"settings": self.settings, "_offsets": None}
 
-        def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
-            marks = self._marks()
-            start = {str(p): low for p, (low, _) in marks.items()}
-            if self.settings.starting_offsets != "earliest":
-                given = json.loads(self.settings.starting_offsets).get(self.settings.topic, {})
-                for p, offset in given.items():
-                    if int(offset) >= 0:  # -2: earliest
-                        start[str(p)] = max(int(offset), marks[int(p)][0])
-            return start
+    def _marks(self) -> dict[int, tuple[int, int]]:
+        from cqrs.kafka_io import OffsetReader
 
-        def getDefaultReadLimit(self) -> Any:  # noqa: N802
-            cap = self.settings.opts.max_offsets_per_trigger
-            return ReadMaxRows(cap) if cap else ReadAllAvailable()
+        if self._offsets is None:
+            self._offsets = OffsetReader(self.settings.cfg, self.settings.topic)
+        return self._offsets.watermarks()
 
-        def latestOffset(self, start: dict, limit: Any) -> dict:  # noqa: N802
-            ends = {str(p): high for p, (_, high) in self._marks().items()}
-            for p in start:
-                ends.setdefault(p, start[p])
-            if isinstance(limit, ReadMaxRows):
-                ends = _capped(start, ends, limit.max_rows)
-            return ends
+    def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
+        marks = self._marks()
+        start = {str(p): low for p, (low, _) in marks.items()}
+        if self.settings.starting_offsets != "earliest":
+            given = json.loads(self.settings.starting_offsets).get(self.settings.topic, {})
+            for p, offset in given.items():
+                if int(offset) >= 0:  # -2: earliest
+                    start[str(p)] = max(int(offset), marks[int(p)][0])
+        return start
 
-        def partitions(self, start: dict, end: dict) -> Sequence[Slices]:
-            waiting = [(int(p), int(start.get(p, 0)), int(e)) for p, e in sorted(end.items())
-                       if int(e) > int(start.get(p, 0))]
-            tasks = max(1, min(self.settings.tasks, len(waiting)))
-            # each task takes whole partitions (an aggregate's commands stay in one task), the
-            # busiest first to the least loaded task
-            shares: list[dict[int, tuple[int, int]]] = [{} for _ in range(tasks)]
-            loads = [0] * tasks
-            for p, s, e in sorted(waiting, key=lambda w: w[1] - w[2]):
-                i = loads.index(min(loads))
-                shares[i][p] = (s, e)
-                loads[i] += e - s
-            return [Slices(share) for share in shares if share]
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802
+        cap = self.settings.opts.max_offsets_per_trigger
+        return ReadMaxRows(cap) if cap else ReadAllAvailable()
 
-        def read(self, partition: Slices) -> Iterator[tuple[Any, ...]]:
-            from cqrs.processor.job import worker_for
-            from cqrs.processor.partition import SliceStats, process_slice
+    def latestOffset(self, start: dict, limit: Any) -> dict:  # noqa: N802
+        ends = {str(p): high for p, (_, high) in self._marks().items()}
+        for p in start:
+            ends.setdefault(p, start[p])
+        if isinstance(limit, ReadMaxRows):
+            ends = _capped(start, ends, limit.max_rows)
+        return ends
 
-            s = self.settings
-            worker = worker_for(s.cfg, s.opts)
-            total = SliceStats()
-            for p, messages in worker.fetch(s.topic, partition.ranges).items():
-                total.add(process_slice(worker, s.topic, p, messages))
-            yield tuple(getattr(total, f) for f in STATS_FIELDS)
+    def partitions(self, start: dict, end: dict) -> Sequence[Slices]:
+        waiting = [(int(p), int(start.get(p, 0)), int(e)) for p, e in sorted(end.items())
+                   if int(e) > int(start.get(p, 0))]
+        tasks = max(1, min(self.settings.tasks, len(waiting)))
+        # each task takes whole partitions (an aggregate's commands stay in one task), the
+        # busiest first to the least loaded task
+        shares: list[dict[int, tuple[int, int]]] = [{} for _ in range(tasks)]
+        loads = [0] * tasks
+        for p, s, e in sorted(waiting, key=lambda w: w[1] - w[2]):
+            i = loads.index(min(loads))
+            shares[i][p] = (s, e)
+            loads[i] += e - s
+        return [Slices(share) for share in shares if share]
 
-        def commit(self, end: dict) -> None:
-            pass
+    def read(self, partition: Slices) -> Iterator[tuple[Any, ...]]:
+        from cqrs.processor.job import worker_for
+        from cqrs.processor.partition import SliceStats, process_slice
 
-        def stop(self) -> None:
-            if self._offsets is not None:
-                self._offsets.close()
-                self._offsets = None
+        s = self.settings
+        worker = worker_for(s.cfg, s.opts)
+        total = SliceStats()
+        for p, messages in worker.fetch(s.topic, partition.ranges).items():
+            total.add(process_slice(worker, s.topic, p, messages))
+        yield tuple(getattr(total, f) for f in STATS_FIELDS)
 
-    class CommandSource(DataSource):  # type: ignore[misc]
-        @classmethod
-        def name(cls) -> str:
-            return SOURCE_NAME
+    def commit(self, end: dict) -> None:
+        pass
 
-        def schema(self) -> str:
-            return STATS_SCHEMA
+    def stop(self) -> None:
+        if self._offsets is not None:
+            self._offsets.close()
+            self._offsets = None
 
-        def streamReader(self, schema: Any) -> Reader:  # noqa: N802
-            return Reader(_settings(self.options))
 
-    return CommandSource
+class CommandSource(DataSource):  # type: ignore[misc]
+    """``spark.readStream.format("cqrs-commands")``, its settings in one option."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return STATS_SCHEMA
+
+    def streamReader(self, schema: Any) -> CommandReader:  # noqa: N802
+        return CommandReader(_settings(self.options))
 
 
 def _capped(start: dict, ends: dict, max_rows: int) -> dict:

@@ -143,7 +143,8 @@ class StateTable:
         self.cassandra.write_rows(
             stmt, [r.aggregate_id for r in rows],
             [(r.aggregate_id, r.aggregate_type, r.version, r.deleted, r.record, r.source_partition,
-              r.applied_offset, r.commands, r.commands) for r in rows])
+              r.applied_offset, r.commands, r.commands) for r in rows],
+            [len(r.record) + 64 for r in rows])
 
     def close(self) -> None:
         self.cassandra.close()

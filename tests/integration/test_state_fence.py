@@ -16,7 +16,7 @@ from cqrs.kafka_io import read_to_end
 from cqrs.processor.job import ProcessorOptions, publish_app_schemas, worker_for
 from cqrs.processor.partition import Worker, process_slice
 from cqrs.processor.state import StateReader
-from cqrs.processor.state_table import open_state_table
+from cqrs.processor.state_table import StoredAggregate, open_state_table
 from cqrs.testing.example import Deposit, OpenAccount
 from cqrs.testing.example_app import app
 from cqrs.topics import AppTopics, ensure_topics, topics_for
@@ -100,3 +100,15 @@ def test_the_cache_is_used_only_after_the_partitions_previous_slice(fx: Fixture)
     gap = fx.run(fx.slice(("acc-1", Deposit(2))))
     assert (gap.cache_hits, gap.state_reads) == (0, 1)
     assert _balance(fx, "acc-1") == (3, 3)
+
+
+def test_large_rows_are_written_in_batches_cassandra_accepts(fx: Fixture) -> None:
+    """Rows with a long de-duplication memory are large: a batch of 32 of them would pass
+    Cassandra's batch size limit (640 KiB here, 50 KiB by default), so batches are cut by size."""
+    table = fx.worker.table
+    big = [StoredAggregate(f"big-{i}", "example.bank.Account", 1, False, bytes([i]) * 150_000, 0, i, 1)
+           for i in range(8)]
+    table.write(fx.worker.generation, big)
+    found = table.read(fx.worker.generation, [r.aggregate_id for r in big])
+    assert {k: v.record[:1] * len(v.record) == v.record for k, v in found.items()} == {
+        r.key: True for r in big}
