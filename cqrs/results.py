@@ -127,6 +127,25 @@ class AggregateRecord:
                  new: Sequence[SeenCommand], window_ms: int, max_count: int) -> AggregateRecord:
         """The next record: new version and snapshot, ``new`` commands appended to the memory,
         trimmed by :func:`kept_indices` (without unpacking the remembered results)."""
+        if any("\0" in s.command_id for s in new):
+            raise ValueError("a command id contains a NUL character")
+        times = _unpack("q", self.seen_times) + [s.timestamp_ms for s in new]
+        if new and len(times) <= max_count and min(times) >= max(times) - window_ms:
+            # the common case, once per aggregate per batch: nothing falls out of the memory,
+            # so the new commands are appended to the packed fields as they are
+            new_ids = "\0".join(s.command_id for s in new)
+            return AggregateRecord(
+                version, deleted, snapshot,
+                f"{self.seen_ids}\0{new_ids}" if self.seen_ids else new_ids,
+                _pack("q", times), self.seen_sizes + _pack("I", [len(s.result) for s in new]),
+                self.seen_results + b"".join(s.result for s in new))
+        return self._remember_trimmed(version, deleted, snapshot, new, window_ms, max_count)
+
+    def _remember_trimmed(self, version: int, deleted: bool, snapshot: bytes | None,
+                          new: Sequence[SeenCommand], window_ms: int,
+                          max_count: int) -> AggregateRecord:
+        """:meth:`remember` by unpacking everything: the reference, and the path when some
+        commands fall out of the memory."""
         ids = self.seen_command_ids() + [s.command_id for s in new]
         times = _unpack("q", self.seen_times) + [s.timestamp_ms for s in new]
         sizes = _unpack("I", self.seen_sizes) + [len(s.result) for s in new]
@@ -140,8 +159,6 @@ class AggregateRecord:
             ids = [ids[i] for i in keep]
             times = [times[i] for i in keep]
             sizes = [sizes[i] for i in keep]
-        if any("\0" in s.command_id for s in new):
-            raise ValueError("a command id contains a NUL character")
         return AggregateRecord(version, deleted, snapshot, "\0".join(ids),
                                _pack("q", times), _pack("I", sizes), results)
 

@@ -1,0 +1,21 @@
+"""The dedup memory's shortcut (append without unpacking) agrees with the full trim."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cqrs.results import AggregateRecord, SeenCommand
+
+seen_commands = st.lists(
+    st.builds(SeenCommand, st.text(st.characters(blacklist_characters="\0"), min_size=1, max_size=8),
+              st.integers(0, 10_000), st.binary(max_size=12)),
+    max_size=12)
+
+
+@given(seen_commands, seen_commands, st.integers(0, 12_000), st.integers(0, 14))
+def test_remember_equals_the_full_trim(old: list[SeenCommand], new: list[SeenCommand],
+                                       window_ms: int, max_count: int) -> None:
+    record = AggregateRecord.of(3, False, b"s", old)
+    fast = record.remember(4, False, b"t", new, window_ms, max_count)
+    assert fast == record._remember_trimmed(4, False, b"t", new, window_ms, max_count)  # noqa: SLF001
