@@ -61,6 +61,12 @@ def _miss() -> NoReturn:
     raise Mismatch
 
 
+def _inner(node: Node) -> Node:
+    """The item, value or optional type of a LIST, MAP or OPTIONAL node."""
+    assert node.inner is not None
+    return node.inner
+
+
 # ---- varints ---------------------------------------------------------------------------------
 
 _MAX_LONG = 2**63 - 1
@@ -80,21 +86,8 @@ def _uvarint(n: int) -> bytes:
         return bytes((n & 0x7F | 0x80, n >> 7))
     if n < 0x200000:
         return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14))
-    if n < 0x10000000:
-        return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14 & 0x7F | 0x80, n >> 21))
-    # 5 bytes and more (timestamps): 28 low bits, then the rest
-    lo = n & 0xFFFFFFF
-    head = (lo & 0x7F | 0x80, lo >> 7 & 0x7F | 0x80, lo >> 14 & 0x7F | 0x80, lo >> 21 | 0x80)
-    n >>= 28
-    if n < 0x80:
-        return bytes((*head, n))
-    if n < 0x4000:
-        return bytes((*head, n & 0x7F | 0x80, n >> 7))
-    if n < 0x200000:
-        return bytes((*head, n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14))
-    if n < 0x10000000:
-        return bytes((*head, n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14 & 0x7F | 0x80, n >> 21))
-    out = bytearray(head)
+    out = bytearray((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14 & 0x7F | 0x80))
+    n >>= 21
     while n > 0x7F:
         out.append(n & 0x7F | 0x80)
         n >>= 7
@@ -124,12 +117,6 @@ def _long(v: int) -> bytes:
         raise Mismatch
     if n < 0x4000:
         return _BYTE[n] if n < 0x80 else bytes((n & 0x7F | 0x80, n >> 7))
-    if n >> 49 and not n >> 56:  # 8 bytes: timestamps (1979 to 3111)
-        lo, hi = n & 0xFFFFFFF, n >> 28
-        return bytes((
-            lo & 0x7F | 0x80, lo >> 7 & 0x7F | 0x80, lo >> 14 & 0x7F | 0x80, lo >> 21 | 0x80,
-            hi & 0x7F | 0x80, hi >> 7 & 0x7F | 0x80, hi >> 14 & 0x7F | 0x80, hi >> 21,
-        ))  # fmt: skip
     return _uvarint(n)
 
 
@@ -145,9 +132,6 @@ def _int(v: int) -> bytes:
 
 # zig-zag decoding of one-byte varints
 _ZIGZAG = tuple((b >> 1) ^ -(b & 1) for b in range(128))
-
-
-_U64 = struct.Struct("<Q").unpack_from
 
 
 def _rlong(d: bytes, p: int) -> tuple[int, int]:
@@ -168,18 +152,9 @@ def _rlong(d: bytes, p: int) -> tuple[int, int]:
     if b < 0x80:
         n |= b << 14
         return (n >> 1) ^ -(n & 1), p + 3
-    if p + 8 <= len(d):
-        x = _U64(d, p)[0]
-        if x & 0x8080808080808080 == 0x0080808080808080:  # 8 bytes: timestamps
-            x ^= 0x0080808080808080  # the continuation bits
-            x -= x >> 1 & 0x7F807F807F807F80  # 7-bit groups -> 14-bit groups in 16-bit lanes
-            x -= (x >> 2 & 0x0FFFC0000FFFC000) * 3  # -> 28-bit groups in 32-bit lanes
-            n = x & 0xFFFFFFF | x >> 4 & 0xFFFFFFF0000000
-            return (n >> 1) ^ -(n & 1), p + 8
-    b = d[p]
-    n = b & 0x7F
-    shift = 7
-    p += 1
+    n |= (b & 0x7F) << 14
+    shift = 21
+    p += 3
     while b & 0x80:
         b = d[p]
         p += 1
@@ -210,27 +185,25 @@ def _rspan(d: bytes, p: int) -> tuple[int, int]:
 #
 # A timestamp-micros is an 8-byte varint (1979 to 3111) and, as fastavro reads it,
 # ``EPOCH + timedelta(microseconds=v)``; building that timedelta is most of the cost. Both
-# directions split v at bit 20 (about a second): the varint bytes 3..7 and the datetime of
-# ``v >> 20 << 20`` are remembered per high part (a bounded dict: a stream's timestamps are
-# close), and the low 20 bits come from small tables.
+# directions split v >= 0 at bit 20 (about a second): the varint bytes from the fourth on and
+# the datetime of ``v >> 20 << 20`` are remembered per high part (bounded dicts: a stream's
+# timestamps are close to each other), and the low 20 bits come from small tables.
 
 _TIME_CACHE_SIZE = 4096
-_TIME_BASES: dict[bytes, _dt.datetime] = {}  # varint bytes 3..7 -> EPOCH + (v >> 20 << 20) µs
-_TIME_HIGH: dict[int, bytes] = {}  # v >> 20 -> varint bytes 3..7
+_TIME_BASES: dict[bytes, _dt.datetime] = {}  # 8-byte varint[3:] -> EPOCH + (v >> 20 << 20) µs
+_TIME_HIGH: dict[int, bytes] = {}  # v >> 20 -> varint[3:]
 _TD_HIGH = tuple(_dt.timedelta(microseconds=i << 10) for i in range(1024))
 _TD_LOW = tuple(_dt.timedelta(microseconds=i) for i in range(1024))
-_MIN_TIME = 1 << 48  # zig-zag n = 2v in [2**49, 2**56): 8 varint bytes
-_MAX_TIME = 1 << 55
 
 
 def _rtime(d: bytes, p: int) -> tuple[_dt.datetime, int]:
-    """The timestamp-micros at ``d[p]`` as fastavro reads it, and the position after it."""
-    b0, b1, b2 = d[p], d[p + 1], d[p + 2]
-    if b0 & b1 & b2 & 0x80 and not b0 & 1:  # at least 4 bytes, not negative
-        base = _TIME_BASES.get(d[p + 3 : p + 8])
-        if base is not None:  # bytes 3..7 are those of an 8-byte varint seen before
-            low = ((b0 & 0x7F) | (b1 & 0x7F) << 7 | (b2 & 0x7F) << 14) >> 1
-            return base + _TD_HIGH[low >> 10] + _TD_LOW[low & 0x3FF], p + 8
+    """The timestamp-micros at ``d[p]`` as fastavro reads it, and the position after it.
+
+    Generated readers call this unless the first three bytes continue, the value is not
+    negative (first bit) and the next five bytes are in ``_TIME_BASES``: then they compute
+    ``_TIME_BASES[d[p + 3 : p + 8]] + _TD_HIGH[low >> 10] + _TD_LOW[low & 0x3FF]`` with
+    ``low`` the value's 20 low bits, from the first three bytes.
+    """
     v, end = _rlong(d, p)
     if end == p + 8 and v >= 0:
         if len(_TIME_BASES) >= _TIME_CACHE_SIZE:
@@ -243,7 +216,7 @@ def _wtime(x: _dt.datetime) -> bytes:
     """The varint of an aware datetime as ``to_avro`` converts it (micros since the epoch)."""
     q = x - EPOCH
     v = (q.days * 86400 + q.seconds) * 1000000 + q.microseconds
-    if _MIN_TIME <= v < _MAX_TIME:
+    if v >> 20 > 0:  # the varint of n = 2v >= 2**21: three bytes of its low 21 bits, then more
         high = _TIME_HIGH.get(v >> 20)
         if high is None:
             if len(_TIME_HIGH) >= _TIME_CACHE_SIZE:
@@ -279,7 +252,6 @@ _BASE_NAMESPACE: dict[str, Any] = {
     "_fromordinal": _dt.date.fromordinal,
     "_Decimal": decimal.Decimal,
     "_UUID": uuid.UUID,
-    "_EPOCH": EPOCH,
     "_UTC": _dt.timezone.utc,
     "_BOOL": (False, True),
     "_pack_d": struct.Struct("<d").pack,
@@ -342,10 +314,10 @@ class _Generator:
         kind = node.kind
         if kind == t.OPTIONAL:
             null_first = self.union(schema)
-            self.collect(node.inner, schema[1] if null_first else schema[0])  # type: ignore[arg-type]
+            self.collect(_inner(node), schema[1] if null_first else schema[0])
         elif kind == t.LIST or kind == t.MAP:
             if isinstance(schema, dict):
-                self.collect(node.inner, schema.get("items" if kind == t.LIST else "values"))  # type: ignore[arg-type]
+                self.collect(_inner(node), schema.get("items" if kind == t.LIST else "values"))
         elif (kind == t.RECORD or kind == t.ENUM) and not isinstance(schema, str):
             avro_type = "record" if kind == t.RECORD else "enum"
             if (
@@ -479,7 +451,7 @@ class _Generator:
             out.add(ind, f"if {x} is None:")
             out.add(ind + 1, f"{o} = ({null!r},)")
             out.add(ind, "else:")
-            frags = self.write_value(node.inner, inner_schema, x, out, ind + 1)  # type: ignore[arg-type]
+            frags = self.write_value(_inner(node), inner_schema, x, out, ind + 1)
             out.add(ind + 1, f"{o} = ({value!r}, {', '.join(frags)})")
             return [f"*{o}"]
         if kind == t.LIST or kind == t.MAP:
@@ -504,7 +476,7 @@ class _Generator:
                 out.add(ind + 2, f"{ek} = {k}.encode()")
                 out.add(ind + 2, f"{nk} = len({ek})")
                 frags = [f"(_LEN[{nk}] if {nk} < {_LEN_TABLE_SIZE} else _len({nk}))", ek]
-            frags += self.write_value(node.inner, schema[key], item, out, ind + 2)  # type: ignore[arg-type]
+            frags += self.write_value(_inner(node), schema[key], item, out, ind + 2)
             if len(frags) == 1 and not frags[0].startswith("*"):
                 out.add(ind + 2, f"{parts}.append({frags[0]})")
             else:
@@ -592,11 +564,10 @@ class _Generator:
             out.add(ind, f"{target} = _BOOL[d[p]]")
             out.add(ind, "p += 1")
             return
-        if kind == t.DATETIME:  # _rtime's fast path inline
+        if kind == t.DATETIME:  # _rtime, with its remembered high parts inline
             out.add(ind, "b = d[p]")
-            out.add(ind, "b1 = d[p + 1]")
-            out.add(ind, "b2 = d[p + 2]")
-            out.add(ind, "if b & b1 & b2 & 0x80 and not b & 1:")
+            continued = "(b1 := d[p + 1]) & (b2 := d[p + 2]) & 0x80"
+            out.add(ind, f"if b & 0x80 and not b & 1 and {continued}:")
             out.add(ind + 1, "q = _TIME_BASES.get(d[p + 3 : p + 8])")
             out.add(ind, "else:")
             out.add(ind + 1, "q = None")
@@ -626,7 +597,7 @@ class _Generator:
             out.add(ind, f"if b == {null}:")
             out.add(ind + 1, f"{target} = None")
             out.add(ind, f"elif b == {value}:")
-            self.read_value(node.inner, inner_schema, target, out, ind + 1)  # type: ignore[arg-type]
+            self.read_value(_inner(node), inner_schema, target, out, ind + 1)
             out.add(ind, "else:")
             out.add(ind + 1, "raise Mismatch")
             return
@@ -641,12 +612,12 @@ class _Generator:
             out.add(ind, f"while {count}:")
             out.add(ind + 1, f"for _ in range({count}):")
             if is_list:
-                self.read_value(node.inner, schema[key], item, out, ind + 2)  # type: ignore[arg-type]
+                self.read_value(_inner(node), schema[key], item, out, ind + 2)
                 out.add(ind + 2, f"{acc}.append({item})")
             else:
                 k = self.name("k")
                 self.read_value(Node(t.STR), "string", k, out, ind + 2)
-                self.read_value(node.inner, schema[key], item, out, ind + 2)  # type: ignore[arg-type]
+                self.read_value(_inner(node), schema[key], item, out, ind + 2)
                 out.add(ind + 2, f"{acc}[{k}] = {item}")
             self.read_varint(count, out, ind + 1, length=True)
             tuple_ = is_list and objects and node.cls is tuple
@@ -690,7 +661,8 @@ class _Generator:
             return schema[0] == "null"
         raise _Unsupported(schema)
 
-    def compile(self, cls: type, filename: str) -> Any:
+    def compile(self, filename: str) -> Any:
+        """The ``_top`` function, once every nested one is generated."""
         self.finish()
         code = "\n".join(self.chunks)
         # the source holds field names (identifiers, as attrs compiles them), generated names,
@@ -732,8 +704,8 @@ def _generated(mode: str, cls: type, schema: dict[str, Any], prefix: bytes = b""
             gen.chunks.append(gen.write_record(cls, schema, "_top", prefix))
         else:
             gen.chunks.append(gen.read_record(cls, schema, "_top", top=True))
-        fn = gen.compile(cls, f"<cqrs avro {mode} of {cls.__module__}.{cls.__qualname__}>")
-    except _Unsupported:
+        fn = gen.compile(f"<cqrs avro {mode} of {cls.__module__}.{cls.__qualname__}>")
+    except Exception:  # noqa: BLE001 - _Unsupported, or anything odd: fastavro serves the class
         return None
     _CACHE[key] = fn
     return fn
