@@ -238,11 +238,9 @@ def code_version() -> dict[str, Any]:
 
 def machine_summary(cfg: CqrsConfig) -> dict[str, Any]:
     summary = (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-               f"Spark {cfg.spark.master}, {cfg.spark.shuffle_partitions} state partitions, "
-               f"{cfg.kafka.default_partitions} topic partitions")
+               f"Spark {cfg.spark.master}, {cfg.kafka.default_partitions} topic partitions")
     return {"summary": summary, "cores": os.cpu_count(), "python": platform.python_version(),
-            "spark_master": cfg.spark.master, "state_partitions": cfg.spark.shuffle_partitions,
-            "topic_partitions": cfg.kafka.default_partitions}
+            "spark_master": cfg.spark.master, "topic_partitions": cfg.kafka.default_partitions}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

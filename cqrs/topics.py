@@ -55,7 +55,8 @@ def _settings(topics: AppTopics) -> dict[str, dict[str, str]]:
 
 
 def ensure_topics(cfg: CqrsConfig, topics: AppTopics, partitions: int | None = None) -> list[str]:
-    """Create the app's topics that do not exist yet; returns the names created."""
+    """Create the app's topics that do not exist yet, and wait until each has its partition
+    leaders (readable and writable); returns the names created."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -84,4 +85,10 @@ def ensure_topics(cfg: CqrsConfig, topics: AppTopics, partitions: int | None = N
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise CqrsError(f"cannot create topic {name!r}: {exc}") from exc
+    # a topic created a moment ago answers NOT_LEADER_FOR_PARTITION until its leaders are
+    # known: wait for them here (watermarks retries that) rather than in every first reader
+    from cqrs.kafka_io import watermarks
+
+    for name in created:
+        watermarks(cfg, name)
     return created
