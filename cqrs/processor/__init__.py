@@ -1,4 +1,5 @@
-"""The command processor: commands joined to per-aggregate state in Spark, events out."""
+"""The command processor: a Spark job joining commands to per-aggregate state (a Cassandra
+table) and writing events and results."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ is free to change, and the state is readable by anyone without Spark.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import attrs
 

@@ -23,9 +23,8 @@ from __future__ import annotations
 import collections
 import datetime as _dt
 import gc
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -176,7 +175,6 @@ class Worker:
         self.cache = StateCache(cfg.processor.state_cache_aggregates)
         self.consumer: Any = None
         self.errors: list[str] = []
-        self._lock = threading.Lock()
 
     def fetch(self, topic: str, ranges: dict[int, tuple[int, int]], timeout_s: float = 120.0,
               ) -> dict[int, list[tuple[bytes | None, bytes | None, Any, int]]]:
@@ -272,7 +270,6 @@ def process_slice(worker: Worker, topic: str, partition: int,
 def _process(worker: Worker, topic: str, partition: int,
              messages: Sequence[tuple[bytes | None, bytes | None, Any, int]], stats: SliceStats,
              cpu_started: float) -> SliceStats:
-
     # 1. group by aggregate, in offset order
     groups: dict[tuple[str | None, str | None], list[InputRecord]] = {}
     for key, value, headers, offset in messages:

@@ -44,6 +44,7 @@ __all__ = [
 SOURCE_NAME = "cqrs-commands"
 STATS_SCHEMA = ", ".join(f"{f} {'double' if f.endswith('_s') else 'long'}" for f in STATS_FIELDS)
 _PAYLOAD = "payload"
+COMMANDS_PER_TASK = 2000  # a micro-batch gets another task per this many commands, up to a core each
 
 
 @attrs.frozen
@@ -125,7 +126,11 @@ class CommandReader(DataSourceStreamReader):  # type: ignore[misc]
     def partitions(self, start: dict, end: dict) -> Sequence[Slices]:
         waiting = [(int(p), int(start.get(p, 0)), int(e)) for p, e in sorted(end.items())
                    if int(e) > int(start.get(p, 0))]
-        tasks = max(1, min(self.settings.tasks, len(waiting)))
+        # a small batch goes to one task: a second one would add its fixed costs (a Kafka
+        # assignment, Cassandra and Kafka round trips) and take the core the driver needs,
+        # for little work to share (at 500 commands/s: p50 0.43 s instead of 0.52 s)
+        total = sum(e - s for _, s, e in waiting)
+        tasks = max(1, min(self.settings.tasks, len(waiting), total // COMMANDS_PER_TASK))
         # each task takes whole partitions (an aggregate's commands stay in one task), the
         # busiest first to the least loaded task
         shares: list[dict[int, tuple[int, int]]] = [{} for _ in range(tasks)]

@@ -19,7 +19,6 @@ import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
