@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from cqrs.codec import types as t
+from cqrs.codec.codegen import Namespace
 from cqrs.codec.schema import canonical_json
 from cqrs.codec.types import Node, fields_of
 from cqrs.codec.values import EPOCH
@@ -282,26 +283,16 @@ class _Lines:
         self.lines.append("    " * indent + line)
 
 
-class _Generator:
+class _Generator(Namespace):
     """Source of every function a class's writer or reader needs, in one namespace."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode  # "write", "read" (objects) or "dict" (fastavro's dicts)
-        self.namespace: dict[str, Any] = dict(_BASE_NAMESPACE)
+        super().__init__(_BASE_NAMESPACE)
         self.functions: dict[type, str] = {}  # record class -> name of its nested function
         self.pending: list[tuple[type, dict[str, Any], str]] = []
         self.defined: dict[type, dict[str, Any]] = {}  # class -> its named schema
         self.chunks: list[str] = []
-        self._count = 0
-
-    def name(self, prefix: str) -> str:
-        self._count += 1
-        return f"{prefix}{self._count}"
-
-    def const(self, value: Any) -> str:
-        ident = self.name("_k")
-        self.namespace[ident] = value
-        return ident
 
     # -- schema checks --
 

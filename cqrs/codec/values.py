@@ -24,6 +24,7 @@ from typing import Any, NoReturn, TypeAlias
 import attrs
 
 from cqrs.codec import types as t
+from cqrs.codec.codegen import Namespace
 from cqrs.codec.types import Node, fields_of
 from cqrs.errors import DecodeError, EncodeError, NaiveDatetimeError
 
@@ -272,24 +273,12 @@ _BASE_NAMESPACE: dict[str, Any] = {
 }
 
 
-class _Source:
+class _Source(Namespace):
     """The constants and nested converters one generated function refers to, by name."""
 
     def __init__(self) -> None:
-        self.namespace: dict[str, Any] = dict(_BASE_NAMESPACE)
+        super().__init__(_BASE_NAMESPACE)
         self.nested: dict[str, type] = {}  # generated name -> record class whose converter it is
-        self._count = 0
-
-    def name(self, prefix: str) -> str:
-        """A fresh identifier for a constant or a comprehension variable."""
-        self._count += 1
-        return f"{prefix}{self._count}"
-
-    def const(self, value: Any) -> str:
-        """Bind ``value`` in the namespace and return the name the code uses for it."""
-        ident = self.name("_k")
-        self.namespace[ident] = value
-        return ident
 
     def converter(self, cls: type) -> str:
         """The name of the raw (raising) converter of a nested record class, bound later."""
