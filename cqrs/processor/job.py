@@ -98,23 +98,19 @@ def worker_for(cfg: CqrsConfig, opts: ProcessorOptions, with_io: bool = True) ->
 HEADER_POSITIONS = 16
 
 
-def header_expr(name: str, first: int | None = None) -> str:
+def header_expr(name: str) -> str:
     """Spark SQL for the value of the Kafka header ``name`` of a record (NULL when absent; the
     first one when repeated).
 
     The first :data:`HEADER_POSITIONS` headers are looked at by position in a ``CASE`` that
-    Spark compiles (position ``first`` before the others: where the writer usually puts it);
-    only a record whose header is further back falls back to ``filter`` over the array (a
-    header missing from a shorter array is NULL without it). The fallback alone would do, but Spark evaluates a lambda without code generation
-    and, in Spark 4.2, re-reads the SQL configuration for every array element it touches: that
-    made header parsing most of the projector's JVM time.
+    Spark compiles; only a record whose header is further back falls back to ``filter`` over
+    the array (a header missing from a shorter array is NULL without it). The fallback alone
+    would do, but Spark evaluates a lambda without code generation and, in Spark 4.2, re-reads
+    the SQL configuration for every array element it touches: that made header parsing most of
+    the projector's JVM time.
     """
-    order = list(range(HEADER_POSITIONS))
-    if first is not None and 0 <= first < HEADER_POSITIONS:
-        order.remove(first)
-        order.insert(0, first)
     cases = " ".join(f"WHEN get(headers, {i}).key = '{name}' THEN get(headers, {i}).value"
-                     for i in order)
+                     for i in range(HEADER_POSITIONS))
     # a header missing from a short array is NULL at once: the filter would be the slow path
     # for every record that lacks an optional header
     return (f"CASE {cases} WHEN size(headers) <= {HEADER_POSITIONS} THEN NULL "
