@@ -27,6 +27,7 @@ __all__ = [
     "CqrsConfig",
     "DevSettings",
     "KafkaSettings",
+    "MetricsSettings",
     "ProcessorSettings",
     "ProjectionSettings",
     "SparkSettings",
@@ -286,6 +287,38 @@ class ProcessorSettings:
 
 
 @attrs.frozen
+class MetricsSettings:
+    host: str = setting(
+        "127.0.0.1", "CQRS_METRICS_HOST",
+        "Address `cqrs run app` serves /metrics, /status.json and its status page on.",
+    )
+    port: int = setting(
+        9464, "CQRS_METRICS_PORT",
+        "Port of that server (0: none); `cqrs serve` and `cqrs top` read the runner's status there.",
+    )
+    runner_url: str = setting(
+        "", "CQRS_METRICS_RUNNER_URL",
+        "Where `cqrs serve` and `cqrs top` fetch the app runner's /status.json (default: "
+        "http://<host>:<port> above; 'none': do not ask, show Kafka and Cassandra figures only).",
+    )
+    refresh_s: float = setting(
+        2.0, "CQRS_METRICS_REFRESH",
+        "Seconds between reads of Kafka offsets, dead letters and projection positions.",
+    )
+    restart_backoff_s: float = setting(
+        5.0, "CQRS_METRICS_RESTART_BACKOFF",
+        "First wait before `cqrs run app` restarts a failed query; doubled per failure in a row, "
+        "up to 5 minutes.",
+    )
+
+    def status_url(self) -> str | None:
+        """The runner's base URL as seen by `cqrs serve` / `cqrs top`, or None."""
+        if self.runner_url.strip().lower() == "none" or (not self.runner_url and self.port == 0):
+            return None
+        return (self.runner_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+
+@attrs.frozen
 class CqrsConfig:
     kafka: KafkaSettings = attrs.field(factory=KafkaSettings)
     cassandra: CassandraSettings = attrs.field(factory=CassandraSettings)
@@ -294,6 +327,7 @@ class CqrsConfig:
     client: ClientSettings = attrs.field(factory=ClientSettings)
     projections: ProjectionSettings = attrs.field(factory=ProjectionSettings)
     processor: ProcessorSettings = attrs.field(factory=ProcessorSettings)
+    metrics: MetricsSettings = attrs.field(factory=MetricsSettings)
 
     def with_overrides(self, **sections: Mapping[str, Any]) -> CqrsConfig:
         """A copy with some settings replaced: ``cfg.with_overrides(kafka={"bootstrap_servers": ...})``."""
@@ -315,6 +349,7 @@ _SECTIONS: dict[str, type] = {
     "client": ClientSettings,
     "projections": ProjectionSettings,
     "processor": ProcessorSettings,
+    "metrics": MetricsSettings,
 }
 
 

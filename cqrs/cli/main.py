@@ -6,7 +6,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from cqrs.cli import config_cmd, demo_cmd, dev_cmd, dlq_cmd, projections_cmd, run_cmd, send_cmd, state_cmd
+from cqrs.cli import (
+    app_cmd, config_cmd, demo_cmd, dev_cmd, dlq_cmd, projections_cmd, run_cmd, send_cmd, state_cmd,
+    top_cmd,
+)
 from cqrs.config import load_config
 from cqrs.errors import CqrsError
 
@@ -25,10 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo_cmd.register(commands)
     config_cmd.register(commands)
     run_cmd.register(commands)
+    app_cmd.register(commands)
     state_cmd.register(commands)
     dlq_cmd.register(commands)
     send_cmd.register(commands)
     projections_cmd.register(commands)
+    top_cmd.register(commands)
     return parser
 
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from cqrs.config import CqrsConfig
 
@@ -96,8 +97,13 @@ def _run_serve(cfg: CqrsConfig, args: argparse.Namespace) -> int:
         from projections.http import routes as projection_routes  # the CLI sees both sides
 
         extra.insert(0, projection_routes)
+    probes: list[Any] = []  # status-page figures beyond Kafka's
+    if app.projections:
+        from projections.status_probe import ProjectionProbe  # positions on the status page
+
+        probes.append(ProjectionProbe.for_app)
     ctx = HttpContext(app, cfg)
-    api = create_http_app(ctx, extra)
+    api = create_http_app(ctx, extra, status_probes=probes)
     host = args.host or cfg.client.http_host
     port = args.port if args.port is not None else cfg.client.http_port
     print(f"serving {app.name!r} on http://{host}:{port} (OpenAPI: /docs)", flush=True)

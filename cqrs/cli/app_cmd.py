@@ -1,0 +1,158 @@
+"""``cqrs run app <module:app>``: everything an app runs, as streaming queries of one Spark
+driver (the command processor and every projection's projector), each on the checkpoint the
+separate ``cqrs run processor`` / ``cqrs run projector`` use, restarted one by one when it
+fails; with ``/metrics``, ``/status.json`` and the status page on ``[metrics] port``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import threading
+from typing import Any
+
+from cqrs.cli.run_cmd import job_parsers
+from cqrs.config import CqrsConfig
+
+__all__ = ["build_runner", "register"]
+
+
+def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    run_app = job_parsers(commands).add_parser(
+        "app", help="the processor and all projectors of an app in one Spark driver",
+        description="Each part is its own streaming query on its usual checkpoint (switching "
+        "between this and the separate `run processor` / `run projector` is safe while the "
+        "other is stopped); a query that fails is restarted after a back-off "
+        "([metrics] restart_backoff_s, doubling), the others keep running. Serves /metrics, "
+        "/status.json and a status page on [metrics] host:port.")
+    run_app.add_argument("app", help="the App, as module:attribute (e.g. domain_examples.bank:app)")
+    run_app.add_argument("--trigger", default=None, metavar="INTERVAL",
+                         help="micro-batch interval of every query, e.g. '1 second' "
+                         "(default: back to back)")
+    run_app.add_argument("--no-projectors", action="store_true", help="run the processor only")
+    run_app.set_defaults(run=_run_app)
+
+
+def _say(message: str) -> None:
+    stamp = _dt.datetime.now().strftime("%H:%M:%S")
+    print(f"{stamp} {message}", flush=True)
+
+
+class Runner:
+    """What ``cqrs run app`` holds: the board, its probes and server, and the supervisor."""
+
+    def __init__(self, board: Any, supervisor: Any, poller: Any, server: Any,
+                 spark: Any) -> None:
+        self.board = board
+        self.supervisor = supervisor
+        self.poller = poller
+        self.server = server
+        self.spark = spark
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        try:
+            self.supervisor.run(stop)
+        finally:
+            self.poller.stop()
+            if self.server is not None:
+                self.server.close()
+
+
+def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
+                 projectors: bool = True, report: Any = _say) -> Runner:
+    """Start the Spark session, the listener, the probes and the server of ``app_ref``; the
+    queries start with :meth:`Runner.run`."""
+    import os
+
+    from cqrs.loading import load_app
+    from cqrs.ops.board import StatusBoard
+    from cqrs.ops.kafka_probe import KafkaProbe, Poller
+    from cqrs.ops.listener import attach_listener
+    from cqrs.ops.memory import children, rss_bytes
+    from cqrs.ops.server import StatusServer
+    from cqrs.ops.supervisor import QuerySpec, Supervisor
+    from cqrs.processor.job import ProcessorOptions, checkpoint_for, start_processor
+    from cqrs.processor.partition import SliceStats
+    from cqrs.spark_session import spark_session
+    from cqrs.topics import topics_for
+    from projections.dlq import dead_letter_topic
+    from projections.model import select
+    from projections.status_probe import ProjectionProbe
+    from projections.store import table_base
+    from projections.stores import cached_store
+
+    app = load_app(app_ref)
+    topics = topics_for(app.name, cfg.kafka.topic_prefix)
+    board = StatusBoard(app.name)
+    spark = spark_session(cfg, f"cqrs-app-{app.name}")
+    attach_listener(spark, board)
+
+    def on_processor_batch(batch_id: int, s: SliceStats) -> None:
+        board.batch_rows("processor", batch_id, s.commands)  # Spark counts a row per task
+        board.count(commands_in=s.commands, commands_skipped=s.skipped, records_out=s.records,
+                    dead_letters_written=s.dead_letters, read_s=s.read_s, step_s=s.step_s,
+                    produce_s=s.produce_s, write_s=s.write_s, cpu_s=s.cpu_s)
+
+    def start_proc(_: int | None) -> Any:
+        opts = ProcessorOptions(app_ref=app_ref, checkpoint=checkpoint_for(cfg, app.name),
+                                trigger_interval=trigger)
+        return start_processor(spark, cfg, opts, on_batch=on_processor_batch)
+
+    specs = [QuerySpec("processor", "processor", topics.commands, start_proc)]
+    store = cached_store(cfg) if projectors and app.projections else None
+    for p in select(app, ()) if store is not None else []:
+        specs.append(_projector_spec(spark, cfg, app_ref, p, store, trigger, board,
+                                     topics.events, table_base(app.name, p.name)))
+
+    jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # noqa: SLF001
+
+    def memory() -> None:
+        workers = children(jvm_pid)
+        board.set_memory({"driver_jvm": rss_bytes(jvm_pid), "python_driver": rss_bytes(os.getpid()),
+                          "python_workers": sum(rss_bytes(w) for w in workers)})
+
+    probes: list[Any] = [KafkaProbe(cfg, topics, board, dead_letter_topics=[
+        (dead_letter_topic(app.name, cfg.kafka.topic_prefix), "projector")]), memory]
+    if app.projections:
+        probes.append(ProjectionProbe(cfg, app, board, topics.events))
+    poller = Poller(board, probes, cfg.metrics.refresh_s).start()
+    server = None
+    if cfg.metrics.port:
+        server = StatusServer(board.snapshot, cfg.metrics.host, cfg.metrics.port).start()
+        report(f"status of {app.name!r}: {server.url}/ (JSON: /status.json, Prometheus: /metrics)")
+    supervisor = Supervisor(board, specs, backoff_s=cfg.metrics.restart_backoff_s, report=report)
+    return Runner(board, supervisor, poller, server, spark)
+
+
+def _projector_spec(spark: Any, cfg: CqrsConfig, app_ref: str, projection: Any, store: Any,
+                    trigger: str | None, board: Any, events_topic: str, base: str) -> Any:
+    """The projector of one projection, on its current generation (as `run projector`)."""
+    from cqrs.ops.supervisor import QuerySpec
+    from projections.job import ProjectorOptions, start_projector
+    from projections.local import ensure_current_generation
+
+    name = projection.name
+
+    def on_batch(batch_id: int, s: Any) -> None:
+        board.count_projector(name, events=s.events, applied=s.applied,
+                              dead_letters=s.dead_letters)
+
+    def generation() -> int | None:
+        current = store.generations(base).current
+        return current if current is not None else ensure_current_generation(store, projection, base)
+
+    def start(gen: int | None) -> Any:
+        assert gen is not None
+        store.ensure_generation(projection, base, gen)
+        return start_projector(spark, cfg, ProjectorOptions(app_ref, name, trigger_interval=trigger), gen,
+                               on_batch=on_batch)
+
+    return QuerySpec(f"projector:{name}", "projector", events_topic, start, generation)
+
+
+def _run_app(cfg: CqrsConfig, args: argparse.Namespace) -> int:
+    runner = build_runner(cfg, args.app, trigger=args.trigger, projectors=not args.no_projectors)
+    try:
+        runner.run()
+    except KeyboardInterrupt:
+        pass
+    return 0

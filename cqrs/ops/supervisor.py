@@ -1,0 +1,137 @@
+"""Keep several streaming queries of one SparkSession running: a query that fails (or cannot
+start) is restarted on its own after a back-off, the others keep running; a query whose
+generation changes (a projection rebuilt) is stopped and started on the new one."""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from cqrs.ops.board import StatusBoard
+
+__all__ = ["MAX_BACKOFF_S", "QuerySpec", "Supervisor"]
+
+MAX_BACKOFF_S = 300.0
+HEALTHY_AFTER_S = 60.0  # a query running this long after a restart resets its back-off
+
+
+def _no_generation() -> int | None:
+    return None
+
+
+@attrs.frozen
+class QuerySpec:
+    """One query to keep running: ``start(generation)`` starts it (on its own checkpoint) and
+    returns the ``StreamingQuery``; ``generation()`` says which generation should run now."""
+
+    name: str  # stable across restarts, e.g. "processor", "projector:balances"
+    kind: str  # processor | projector
+    input_topic: str
+    start: Callable[[int | None], Any]
+    generation: Callable[[], int | None] = _no_generation
+
+
+@attrs.define
+class _Slot:
+    spec: QuerySpec
+    query: Any = None
+    generation: int | None = None
+    failures: int = 0
+    retry_at: float = 0.0
+    started_at: float = 0.0
+
+
+class Supervisor:
+    """Starts the specs' queries and watches them until :meth:`stop` (or ``stop_event``)."""
+
+    def __init__(self, board: StatusBoard, specs: Sequence[QuerySpec], *, backoff_s: float = 5.0,
+                 report: Callable[[str], None] = print, poll_s: float = 1.0) -> None:
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"query names must be unique, got {names}")
+        self.board = board
+        self.backoff_s = backoff_s
+        self.report = report
+        self.poll_s = poll_s
+        self._slots = [_Slot(s) for s in specs]
+        self._stop = threading.Event()
+        for s in specs:
+            board.declare(s.name, s.kind, s.input_topic)
+
+    def _say(self, message: str) -> None:
+        self.board.log(message)
+        self.report(message)
+
+    def _start(self, slot: _Slot) -> None:
+        spec = slot.spec
+        try:
+            generation = spec.generation()
+            query = spec.start(generation)
+        except Exception as exc:  # noqa: BLE001 - any start failure is retried the same way
+            self._failed(slot, f"could not start: {type(exc).__name__}: {exc}")
+            return
+        slot.query, slot.generation, slot.started_at = query, generation, time.monotonic()
+        self.board.bind(spec.name, str(query.id), str(query.runId), str(query.name), generation)
+        gen = f" on generation {generation}" if generation is not None else ""
+        self._say(f"{spec.name}: query {query.name} running{gen}")
+
+    def _failed(self, slot: _Slot, error: str) -> None:
+        wait = min(MAX_BACKOFF_S, self.backoff_s * 2 ** slot.failures)
+        slot.failures += 1
+        slot.query = None
+        slot.retry_at = time.monotonic() + wait
+        self.board.set_state(slot.spec.name, "restarting", error)
+        self._say(f"{slot.spec.name}: {error.splitlines()[0] if error else 'stopped'}; "
+                  f"restart {slot.failures} in {wait:.0f} s")
+
+    def check(self) -> None:
+        """One round: restart what failed and is due, follow generation switches."""
+        now = time.monotonic()
+        for slot in self._slots:
+            spec = slot.spec
+            if slot.query is None:
+                if now >= slot.retry_at:
+                    self._start(slot)
+                continue
+            if not slot.query.isActive:
+                error = slot.query.exception()
+                self._failed(slot, str(error) if error is not None else "stopped without an error")
+                continue
+            if slot.failures and now - slot.started_at > HEALTHY_AFTER_S:
+                slot.failures = 0
+            try:
+                wanted = spec.generation()
+            except Exception:  # noqa: BLE001 - keep the running one; try again next round
+                self.board.log(f"{spec.name}: generation lookup failed: "
+                               f"{traceback.format_exc(limit=1)}")
+                continue
+            if wanted != slot.generation:
+                self._say(f"{spec.name}: generation {wanted} is current now; switching to it")
+                slot.query.stop()
+                slot.query = None
+                self._start(slot)
+
+    def run(self, stop_event: threading.Event | None = None) -> None:
+        """Start every query, then watch them until stopped."""
+        for slot in self._slots:
+            self._start(slot)
+        try:
+            while not self._stop.is_set() and not (stop_event is not None and stop_event.is_set()):
+                self._stop.wait(self.poll_s)
+                self.check()
+        finally:
+            self.stop_queries()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def stop_queries(self) -> None:
+        for slot in self._slots:
+            if slot.query is not None and slot.query.isActive:
+                slot.query.stop()
+            self.board.set_state(slot.spec.name, "stopped")

@@ -1,0 +1,269 @@
+"""``cqrs run app`` on the real stack: the bank's processor and projector in one Spark driver,
+its ``/metrics`` scraped with the Prometheus client's parser, ``cqrs serve``'s status page in a
+real headless Chromium, and ``cqrs top``.
+
+One runner and one service (subprocesses) on topics, checkpoints and a metrics port of their
+own run for the whole module; this module starts no Spark in the test process itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cqrs.client import CommandClient
+from cqrs.config import CqrsConfig
+from domain_examples.bank import DEMO_CRASHING_OWNERS, AuditAccount, Deposit, OpenAccount, app
+
+APP_REF = "domain_examples.bank:app"
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOT = ROOT / "docs" / "img" / "status-page.png"
+START_WAIT = 300.0  # a Spark driver and two queries on a shared 2-core box
+WAIT = 120.0
+T = TypeVar("T")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read()  # type: ignore[no-any-return]
+
+
+def _until(what: str, probe: Callable[[], T | None], timeout: float, logs: list[Path]) -> T:
+    """``probe()``'s first truthy value within ``timeout`` seconds, else a failure with logs."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except OSError as exc:  # a server not up yet
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(1.0)
+    tails = "\n".join(f"--- {p.name}:\n{p.read_text()[-4000:]}" for p in logs if p.exists())
+    pytest.fail(f"{what}: not within {timeout:.0f} s (last: {last!r})\n{tails}")
+
+
+@attrs.frozen
+class Stack:
+    cfg: CqrsConfig
+    runner_url: str
+    serve_url: str
+    logs: list[Path]
+
+
+@pytest.fixture(scope="module")
+def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    from cassandra.cluster import Cluster
+
+    token = uuid.uuid4().hex[:8]
+    prefix, keyspace = f"t-runapp-{token}-", f"t_runapp_{token}"  # read models have no prefix
+    folder = tmp_path_factory.mktemp("run_app")
+    metrics_port, http_port = _free_port(), _free_port()
+    cfg = cqrs_config.with_overrides(kafka={"topic_prefix": prefix},
+                                     cassandra={"keyspace": keyspace},
+                                     spark={"checkpoint_dir": str(folder / "checkpoints")},
+                                     metrics={"port": metrics_port})
+    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port)
+    session = cluster.connect()
+    session.execute(f"CREATE KEYSPACE {keyspace} WITH replication = {cfg.cassandra.replication}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+           "CQRS_CASSANDRA_KEYSPACE": keyspace,
+           "CQRS_KAFKA_TOPIC_PREFIX": prefix, "CQRS_KAFKA_BOOTSTRAP": cfg.kafka.bootstrap_servers,
+           "CQRS_SPARK_CHECKPOINT_DIR": cfg.spark.checkpoint_dir,
+           "CQRS_METRICS_PORT": str(metrics_port), "CQRS_METRICS_REFRESH": "1"}
+    logs = [folder / "run_app.log", folder / "serve.log"]
+    procs = []
+    for log, args in zip(logs, (["run", "app", APP_REF, "--trigger", "1 second"],
+                                ["serve", APP_REF, "--port", str(http_port)])):
+        with log.open("w") as sink:
+            procs.append(subprocess.Popen([sys.executable, "-m", "cqrs.cli.main", *args],
+                                          env=env, stdout=sink, stderr=sink, cwd=folder))
+    runner_url, serve_url = f"http://127.0.0.1:{metrics_port}", f"http://127.0.0.1:{http_port}"
+    try:
+        def both_active() -> bool:
+            s = json.loads(_get(runner_url + "/status.json"))
+            return len(s["queries"]) == 2 and all(q["state"] == "active" for q in s["queries"])
+
+        _until("the runner's processor and projector active", both_active, START_WAIT, logs)
+        _until("cqrs serve up", lambda: _get(serve_url + "/health"), 60, logs)
+        yield Stack(cfg, runner_url, serve_url, logs)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+        cluster.shutdown()
+
+
+def _counters(url: str) -> dict[str, float]:
+    """The app's counters from ``/metrics``, parsed by the Prometheus client's parser."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(_get(url + "/metrics").decode()):
+        for s in family.samples:
+            if s.name.endswith("_total"):
+                extra = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k != "app")
+                out[f"{s.name}{{{extra}}}" if extra else s.name] = s.value
+    return out
+
+
+def _acc() -> str:
+    return f"acc-{uuid.uuid4().hex[:8]}"
+
+
+def test_metrics_count_what_was_sent(stack: Stack) -> None:
+    before = _counters(stack.runner_url)
+    crashing = sorted(DEMO_CRASHING_OWNERS)[0]
+    a, b, c = _acc(), _acc(), _acc()
+    with CommandClient(app, stack.cfg) as client:
+        results = [client.send(a, OpenAccount("ann"), expected_version=0),
+                   client.send(b, OpenAccount("bob"), expected_version=0),
+                   client.send(c, OpenAccount(crashing), expected_version=0)]
+        results = [f.result(WAIT) for f in results]
+        results += [client.send(a, OpenAccount("ann"), expected_version=0).result(WAIT),
+                    client.send(c, AuditAccount("ivy")).result(WAIT)]
+    assert [r.status for r in results] == ["accepted"] * 3 + ["rejected", "failed"]
+    sent = {"cqrs_commands_in_total": 5, "cqrs_command_results_total{status=accepted}": 3,
+            "cqrs_command_results_total{status=rejected}": 1,
+            "cqrs_command_results_total{status=failed}": 1, "cqrs_events_out_total": 3,
+            "cqrs_dead_letters_written_total{stage=processor}": 1,
+            "cqrs_projector_events_total{projection=balances}": 3}
+
+    def grown(url: str) -> dict[str, float] | None:
+        now = _counters(url)
+        delta = {k: now.get(k, 0) - before.get(k, 0) for k in sent}
+        return delta if delta == sent else None
+
+    assert _until("runner counters", lambda: grown(stack.runner_url), WAIT, stack.logs) == sent
+    # cqrs serve shows the runner's counters, and reads the dead letters from Kafka itself
+    assert _until("serve counters", lambda: grown(stack.serve_url), 30, stack.logs) == sent
+    families = {f.name: f for f in text_string_to_metric_families(
+        _get(stack.serve_url + "/metrics").decode())}
+    waiting = {s.labels["stage"]: s.value for s in families["cqrs_dead_letters_waiting"].samples}
+    assert waiting["processor"] >= 1
+    up = {s.labels["query"]: s.value for s in families["cqrs_query_up"].samples}
+    assert up == {"processor": 1.0, "projector:balances": 1.0}
+    assert families["cqrs_batch_duration_seconds"].samples  # a histogram per query
+    lag = [s for s in families["cqrs_query_lag_records"].samples
+           if s.labels["query"] == "processor"]
+    assert lag and all(s.value >= 0 for s in lag)
+
+    def caught_up() -> bool:
+        s = json.loads(_get(stack.serve_url + "/status.json"))
+        (balances,) = s["projections"]
+        current = balances["generations"][0]
+        # a fresh keyspace and topics: its positions are exactly the 3 events written
+        return (current["total_lag"] == 0 and balances["current"] == 1
+                and sum(current["positions"].values()) == 3)
+
+    _until("the projection caught up", caught_up, WAIT, stack.logs)
+
+
+def _chromium() -> tuple[str, str]:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if browser is None or driver is None:
+        pytest.fail("the status page test needs Chromium and its driver from the system packages: "
+                    "`sudo apt-get install -y chromium chromium-driver` (Debian/Ubuntu), then "
+                    "run the test again")
+    return browser, driver
+
+
+def test_status_page_in_a_real_browser(stack: Stack) -> None:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    browser, driver_path = _chromium()
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1300,1250"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        driver.get(stack.serve_url + "/")
+
+        def rows() -> dict[str, Any]:
+            return {r.get_attribute("data-query"): r for r in
+                    driver.find_elements(By.CSS_SELECTOR, "#queries tbody tr")}
+
+        def both_active() -> bool:
+            found = rows()
+            return set(found) == {"processor", "projector:balances"} and all(
+                r.get_attribute("data-state") == "active" for r in found.values())
+
+        _until("the page shows both queries active", both_active, 60, stack.logs)
+        assert driver.find_element(By.ID, "app").text == "bank"
+
+        def commands_in() -> int:
+            return int(driver.find_element(By.ID, "counter-commands_in").text.replace(",", ""))
+
+        shown, rows_in = commands_in(), int(rows()["processor"].get_attribute("data-input-rows"))
+        acc = _acc()
+        with CommandClient(app, stack.cfg) as client:
+            futures = [client.send(acc, OpenAccount("zoe"), expected_version=0)]
+            futures += [client.send(acc, Deposit(100 * i)) for i in range(1, 4)]
+            assert [f.result(WAIT).status for f in futures] == ["accepted"] * 4
+        _until("the page counts the 4 commands", lambda: commands_in() >= shown + 4, 60, stack.logs)
+        _until("the processor row shows them",
+               lambda: int(rows()["processor"].get_attribute("data-input-rows")) >= rows_in + 4,
+               60, stack.logs)
+        charts = driver.find_elements(By.CSS_SELECTOR, "#queries svg.spark polyline")
+        assert len(charts) == 6  # in/s, done/s and lag per query
+        def projection_caught_up() -> bool:
+            row = driver.find_element(By.CSS_SELECTOR, '#projections tr[data-projection="balances"]')
+            return "current" in row.text and "100 %" in row.text
+
+        _until("the page shows the projection caught up", projection_caught_up, 60, stack.logs)
+        dead = driver.find_elements(By.CSS_SELECTOR, "#dead-letters tbody tr")
+        prefix = stack.cfg.kafka.topic_prefix
+        assert {r.get_attribute("data-topic") for r in dead} == {
+            f"{prefix}bank.dead-letters", f"{prefix}bank.projection-dead-letters"}
+        assert driver.find_element(By.ID, "error").text == ""
+        time.sleep(2.5)  # one more refresh, so the charts have their latest point
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        assert driver.save_screenshot(str(SCREENSHOT))
+    finally:
+        driver.quit()
+
+
+def test_top_prints_the_same_figures(stack: Stack) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+           "CQRS_KAFKA_TOPIC_PREFIX": stack.cfg.kafka.topic_prefix,
+           "CQRS_CASSANDRA_KEYSPACE": stack.cfg.cassandra.keyspace,
+           "CQRS_METRICS_PORT": str(stack.cfg.metrics.port)}
+    done = subprocess.run([sys.executable, "-m", "cqrs.cli.main", "top", APP_REF, "--once"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    status = json.loads(_get(stack.runner_url + "/status.json"))
+    assert "cqrs top: bank" in done.stdout
+    for q in status["queries"]:
+        assert q["name"] in done.stdout
+    assert f"commands in: {int(status['counters'].get('commands_in', 0)):,}" in done.stdout
+    assert "balances" in done.stdout and "current" in done.stdout
