@@ -95,7 +95,7 @@ class CassandraSession:
             self.session = self.cluster.connect()
             self.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {quote(self.keyspace)} WITH "
                                  f"replication = {cassandra.replication}")
-            self.session.set_keyspace(self.keyspace)
+            self._use_keyspace()
         except Exception as exc:
             self.cluster.shutdown()
             raise error(
@@ -104,6 +104,23 @@ class CassandraSession:
             ) from exc
         self._prepared: dict[str, Any] = {}
         self._lock = threading.Lock()
+
+    def _use_keyspace(self, timeout_s: float = 60.0) -> None:
+        """``USE`` the keyspace on every connection. On several nodes a keyspace created a
+        moment ago (by us or by another process at the same time) may not have reached every
+        node yet ("Failed to set keyspace on all hosts"): wait for schema agreement and retry."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.session.set_keyspace(self.keyspace)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                self.cluster.control_connection.wait_for_schema_agreement(wait_time=10)
+                time.sleep(0.5)
 
     def prepare(self, cql: str, write: bool = False) -> Any:
         """The prepared statement of ``cql`` (writes at the write consistency), prepared once."""

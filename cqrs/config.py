@@ -68,6 +68,11 @@ class KafkaSettings:
     replication_factor: int = setting(
         1, "CQRS_KAFKA_REPLICATION", "Replication factor of topics the framework creates."
     )
+    min_insync_replicas: int = setting(
+        0, "CQRS_KAFKA_MIN_INSYNC_REPLICAS",
+        "min.insync.replicas of topics the framework creates (0: the broker's default); with "
+        "acks=all a write fails rather than land on fewer replicas.",
+    )
     extra: dict[str, str] = setting(
         {}, None, "Any other librdkafka / Java client property, passed through as is."
     )
@@ -181,6 +186,41 @@ class DevSettings:
     start_timeout_s: float = setting(
         180.0, "CQRS_DEV_START_TIMEOUT", "Seconds to wait for a service to become healthy."
     )
+    cluster_kafka_port: int = setting(
+        29092, "CQRS_DEV_CLUSTER_KAFKA_PORT",
+        "`dev up --cluster`: port of the first of three Kafka brokers (the others follow; their "
+        "controllers listen 100 above).",
+    )
+    cluster_kafka_heap: str = setting(
+        "512m", "CQRS_DEV_CLUSTER_KAFKA_HEAP", "`dev up --cluster`: heap of each Kafka broker."
+    )
+    cluster_cassandra_addresses: str = setting(
+        "127.0.0.2,127.0.0.3", "CQRS_DEV_CLUSTER_CASSANDRA_ADDRESSES",
+        "`dev up --cluster`: loopback address of each Cassandra node (one node per address).",
+    )
+    cluster_cassandra_port: int = setting(
+        29042, "CQRS_DEV_CLUSTER_CASSANDRA_PORT", "`dev up --cluster`: CQL port of the nodes."
+    )
+    cluster_cassandra_storage_port: int = setting(
+        27000, "CQRS_DEV_CLUSTER_CASSANDRA_STORAGE_PORT",
+        "`dev up --cluster`: internode port of the nodes.",
+    )
+    cluster_cassandra_heap: str = setting(
+        "1g", "CQRS_DEV_CLUSTER_CASSANDRA_HEAP", "`dev up --cluster`: heap of each Cassandra node."
+    )
+    cluster_spark_port: int = setting(
+        27077, "CQRS_DEV_CLUSTER_SPARK_PORT",
+        "`dev up --cluster`: port of the Spark standalone master (its web UI and JSON status "
+        "listen 1000 above, the workers' UIs after it).",
+    )
+    cluster_spark_workers: int = setting(
+        2, "CQRS_DEV_CLUSTER_SPARK_WORKERS",
+        "`dev up --cluster`: Spark workers (two cores each; an app gets one core of each)."
+    )
+    cluster_spark_worker_memory: str = setting(
+        "2g", "CQRS_DEV_CLUSTER_SPARK_WORKER_MEMORY",
+        "`dev up --cluster`: memory each Spark worker offers its executors.",
+    )
 
     @property
     def home_path(self) -> Path:
@@ -193,6 +233,11 @@ class DevSettings:
     @property
     def data_path(self) -> Path:
         return self.home_path / "dev"
+
+    @property
+    def cluster_path(self) -> Path:
+        """Data, logs and PID files of ``cqrs dev up --cluster`` (apart from the single stack's)."""
+        return self.home_path / "cluster"
 
 
 @attrs.frozen

@@ -7,7 +7,7 @@ import attrs
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 
-__all__ = ["SCHEMAS_TOPIC", "AppTopics", "ensure_topics", "topics_for"]
+__all__ = ["SCHEMAS_TOPIC", "AppTopics", "ensure_topics", "topic_settings", "topics_for"]
 
 SCHEMAS_TOPIC = "_cqrs_schemas"
 
@@ -43,14 +43,18 @@ def topics_for(app_name: str, prefix: str = "") -> AppTopics:
     )
 
 
-def _settings(topics: AppTopics) -> dict[str, dict[str, str]]:
+def topic_settings(cfg: CqrsConfig, topics: AppTopics) -> dict[str, dict[str, str]]:
+    """The configuration of each topic the framework creates (``kafka.min_insync_replicas``
+    joins every topic's when set)."""
     forever = {"retention.ms": "-1", "retention.bytes": "-1"}
+    every = ({"min.insync.replicas": str(cfg.kafka.min_insync_replicas)}
+             if cfg.kafka.min_insync_replicas > 0 else {})
     return {
-        topics.commands: {"retention.ms": str(7 * _DAY_MS)},
-        topics.events: forever,  # the event log: never deleted
-        topics.results: {"retention.ms": str(7 * _DAY_MS)},
-        topics.dead_letters: forever,
-        topics.schemas: {"cleanup.policy": "compact", "retention.ms": "-1"},
+        topics.commands: {"retention.ms": str(7 * _DAY_MS), **every},
+        topics.events: {**forever, **every},  # the event log: never deleted
+        topics.results: {"retention.ms": str(7 * _DAY_MS), **every},
+        topics.dead_letters: {**forever, **every},
+        topics.schemas: {"cleanup.policy": "compact", "retention.ms": "-1", **every},
     }
 
 
@@ -73,7 +77,7 @@ def ensure_topics(cfg: CqrsConfig, topics: AppTopics, partitions: int | None = N
     wanted = [
         NewTopic(name, 1 if name == topics.schemas else (partitions or cfg.kafka.default_partitions),
                  cfg.kafka.replication_factor, config=conf)
-        for name, conf in _settings(topics).items() if name not in existing
+        for name, conf in topic_settings(cfg, topics).items() if name not in existing
     ]
     if not wanted:
         return []

@@ -12,17 +12,24 @@ import uuid
 from functools import cache
 from pathlib import Path
 
+import attrs
+
 from cqrs.config import CqrsConfig
 from cqrs.devstack.artifacts import require_installed
 from cqrs.errors import DevStackError
 
 __all__ = [
+    "CassandraNode",
+    "KafkaNode",
     "cassandra_argv",
     "cassandra_healthy",
+    "cassandra_node",
     "find_java",
     "format_kafka_storage",
     "kafka_argv",
     "kafka_healthy",
+    "kafka_node",
+    "new_cluster_id",
 ]
 
 _LOG4J2 = """\
@@ -114,35 +121,62 @@ def _classpath(cfg: CqrsConfig, component: str) -> str:
     return str(require_installed(cfg.dev, component) / "*")
 
 
-# ---------------------------------------------------------------- Kafka (KRaft, one node)
+# ---------------------------------------------------------------- Kafka (KRaft)
 
-def _kafka_dir(cfg: CqrsConfig) -> Path:
-    return cfg.dev.data_path / "kafka"
+@attrs.frozen
+class KafkaNode:
+    """One combined broker + controller: its folder, ports and the quorum it belongs to."""
+
+    name: str  # also the PID/log file name and the marker on its command line
+    workdir: Path
+    node_id: int
+    port: int
+    controller_port: int
+    voters: str  # controller.quorum.voters, e.g. "1@127.0.0.1:19093"
+    heap: str
+    replication: int = 1  # of the internal topics and the default of new topics
+    min_insync: int = 1
+
+    @property
+    def marker(self) -> str:
+        return f"-Dcqrs.devstack={self.name}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
 
 
-def _kafka_properties(cfg: CqrsConfig) -> Path:
+def kafka_node(cfg: CqrsConfig) -> KafkaNode:
+    """The single broker of ``cqrs dev up``."""
     d = cfg.dev
-    data = _kafka_dir(cfg) / "data"
-    props = _kafka_dir(cfg) / "server.properties"
+    return KafkaNode("kafka", d.data_path / "kafka", 1, d.kafka_port, d.kafka_controller_port,
+                     f"1@127.0.0.1:{d.kafka_controller_port}", d.kafka_heap)
+
+
+def _kafka_properties(cfg: CqrsConfig, node: KafkaNode) -> Path:
+    props = node.workdir / "server.properties"
     props.parent.mkdir(parents=True, exist_ok=True)
+    rf, isr = node.replication, node.min_insync
     props.write_text("\n".join([
         "process.roles=broker,controller",
-        "node.id=1",
-        f"controller.quorum.voters=1@127.0.0.1:{d.kafka_controller_port}",
-        f"listeners=PLAINTEXT://127.0.0.1:{d.kafka_port},CONTROLLER://127.0.0.1:{d.kafka_controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{d.kafka_port}",
+        f"node.id={node.node_id}",
+        f"controller.quorum.voters={node.voters}",
+        f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
         "controller.listener.names=CONTROLLER",
         "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "inter.broker.listener.name=PLAINTEXT",
-        f"log.dirs={data}",
+        f"log.dirs={node.workdir / 'data'}",
         f"num.partitions={cfg.kafka.default_partitions}",
-        "offsets.topic.replication.factor=1",
+        f"default.replication.factor={rf}",
+        f"min.insync.replicas={isr}",
+        f"offsets.topic.replication.factor={rf}",
         "offsets.topic.num.partitions=4",
-        "transaction.state.log.replication.factor=1",
-        "transaction.state.log.min.isr=1",
+        f"transaction.state.log.replication.factor={rf}",
+        f"transaction.state.log.min.isr={isr}",
         "transaction.state.log.num.partitions=4",
-        "share.coordinator.state.topic.replication.factor=1",
-        "share.coordinator.state.topic.min.isr=1",
+        f"share.coordinator.state.topic.replication.factor={rf}",
+        f"share.coordinator.state.topic.min.isr={isr}",
         "group.initial.rebalance.delay.ms=0",
         "auto.create.topics.enable=false",
         "num.network.threads=2",
@@ -150,37 +184,45 @@ def _kafka_properties(cfg: CqrsConfig) -> Path:
         "log.segment.bytes=268435456",
         "",
     ]))
-    (_kafka_dir(cfg) / "log4j2.yaml").write_text(_LOG4J2)
+    (node.workdir / "log4j2.yaml").write_text(_LOG4J2)
     return props
 
 
-def format_kafka_storage(cfg: CqrsConfig) -> bool:
-    """Format KRaft storage unless already formatted; True if it formatted."""
-    props = _kafka_properties(cfg)
-    if (_kafka_dir(cfg) / "data" / "meta.properties").is_file():
+def new_cluster_id() -> str:
+    """A KRaft cluster id (what ``kafka-storage random-uuid`` prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def format_kafka_storage(cfg: CqrsConfig, node: KafkaNode | None = None,
+                         cluster_id: str | None = None) -> bool:
+    """Format KRaft storage unless already formatted; True if it formatted. The nodes of one
+    cluster are formatted with the same ``cluster_id``."""
+    node = node or kafka_node(cfg)
+    props = _kafka_properties(cfg, node)
+    if (node.workdir / "data" / "meta.properties").is_file():
         return False
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     proc = subprocess.run(
-        [find_java(cfg), f"-Dlog4j2.configurationFile={_kafka_dir(cfg) / 'log4j2.yaml'}",
+        [find_java(cfg), f"-Dlog4j2.configurationFile={node.workdir / 'log4j2.yaml'}",
          "-cp", _classpath(cfg, "kafka"), "kafka.tools.StorageTool", "format",
-         "-t", cluster_id, "-c", str(props)],
+         "-t", cluster_id or new_cluster_id(), "-c", str(props)],
         capture_output=True, text=True,
     )
     if proc.returncode != 0:
         raise DevStackError(
-            f"formatting Kafka storage in {_kafka_dir(cfg) / 'data'} failed:\n{proc.stdout}{proc.stderr}"
+            f"formatting Kafka storage in {node.workdir / 'data'} failed:\n{proc.stdout}{proc.stderr}"
         )
     return True
 
 
-def kafka_argv(cfg: CqrsConfig) -> list[str]:
-    heap = cfg.dev.kafka_heap
+def kafka_argv(cfg: CqrsConfig, node: KafkaNode | None = None) -> list[str]:
+    node = node or kafka_node(cfg)
     return [
-        find_java(cfg), f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-        "-XX:ActiveProcessorCount=2", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
-        f"-Dlog4j2.configurationFile={_kafka_dir(cfg) / 'log4j2.yaml'}",
-        "-Dcqrs.devstack=kafka",
-        "-cp", _classpath(cfg, "kafka"), "kafka.Kafka", str(_kafka_properties(cfg)),
+        find_java(cfg), f"-Xmx{node.heap}", f"-Xms{node.heap}", "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20", "-XX:ActiveProcessorCount=2", "-XX:+ExitOnOutOfMemoryError",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={node.workdir / 'log4j2.yaml'}",
+        node.marker,
+        "-cp", _classpath(cfg, "kafka"), "kafka.Kafka", str(_kafka_properties(cfg, node)),
     ]
 
 
@@ -193,33 +235,64 @@ def _port_open(host_port: str) -> bool:
         return False
 
 
-def kafka_healthy(cfg: CqrsConfig) -> bool:
-    """True when the broker answers a metadata request."""
+def kafka_healthy(cfg: CqrsConfig, endpoint: str | None = None, brokers: int = 1) -> bool:
+    """True when the broker at ``endpoint`` (default: the configured bootstrap servers) answers
+    a metadata request that lists at least ``brokers`` brokers."""
     from confluent_kafka.admin import AdminClient
 
-    if not _port_open(cfg.kafka.bootstrap_servers.split(",")[0]):
+    endpoint = endpoint or cfg.kafka.bootstrap_servers
+    if not _port_open(endpoint.split(",")[0]):
         return False
-    admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers,
-                         **cfg.kafka.client_options()})
-    return bool(admin.list_topics(timeout=2).brokers)
+    admin = AdminClient({"bootstrap.servers": endpoint, **cfg.kafka.client_options()})
+    return len(admin.list_topics(timeout=2).brokers) >= brokers
 
 
-# ---------------------------------------------------------------- Cassandra (one node)
+# ---------------------------------------------------------------- Cassandra
 
-def _cassandra_dir(cfg: CqrsConfig) -> Path:
-    return cfg.dev.data_path / "cassandra"
+@attrs.frozen
+class CassandraNode:
+    """One Cassandra node: its folder, address, ports and the seeds it gossips with."""
+
+    name: str
+    workdir: Path
+    address: str
+    port: int
+    storage_port: int
+    seeds: str  # "address:port[,address:port]"
+    heap: str
+    cluster_name: str = "cqrs-dev"
+    initial_token: str = ""  # "" lets the node pick its tokens (num_tokens 4)
+    # 0 suits a lone node; with peers it must not be: gossip drops a peer that is not yet
+    # NORMAL after ring_delay / 2 ("Seeds list is now empty!" and the nodes never meet)
+    ring_delay_ms: int = 0
+
+    @property
+    def marker(self) -> str:
+        return f"-Dcqrs.devstack={self.name}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.address}:{self.port}"
 
 
-def _cassandra_yaml(cfg: CqrsConfig) -> Path:
-    home = _cassandra_dir(cfg)
+def cassandra_node(cfg: CqrsConfig) -> CassandraNode:
+    """The single node of ``cqrs dev up``."""
     d = cfg.dev
+    return CassandraNode("cassandra", d.data_path / "cassandra", "127.0.0.1", d.cassandra_port,
+                         d.cassandra_storage_port, f"127.0.0.1:{d.cassandra_storage_port}",
+                         d.cassandra_heap)
+
+
+def _cassandra_yaml(cfg: CqrsConfig, node: CassandraNode) -> Path:
+    home = node.workdir
     yaml = home / "cassandra.yaml"
     home.mkdir(parents=True, exist_ok=True)
+    # the token itself goes on the command line (-Dcassandra.initial_token wins over the yaml)
+    tokens = ("num_tokens: 1\n" if node.initial_token else
+              "num_tokens: 4\nallocate_tokens_for_local_replication_factor: 1\n")
     yaml.write_text(f"""\
-cluster_name: cqrs-dev
-num_tokens: 4
-allocate_tokens_for_local_replication_factor: 1
-partitioner: org.apache.cassandra.dht.Murmur3Partitioner
+cluster_name: {node.cluster_name}
+{tokens}partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 auto_bootstrap: false
 data_file_directories: [{home / 'data'}]
 commitlog_directory: {home / 'commitlog'}
@@ -232,11 +305,11 @@ commitlog_segment_size: 32MiB
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "127.0.0.1:{d.cassandra_storage_port}"
-listen_address: 127.0.0.1
-rpc_address: 127.0.0.1
-storage_port: {d.cassandra_storage_port}
-native_transport_port: {d.cassandra_port}
+      - seeds: "{node.seeds}"
+listen_address: {node.address}
+rpc_address: {node.address}
+storage_port: {node.storage_port}
+native_transport_port: {node.port}
 start_native_transport: true
 endpoint_snitch: SimpleSnitch
 authenticator: AllowAllAuthenticator
@@ -257,41 +330,49 @@ read_request_timeout: 10000ms
     return yaml
 
 
-def cassandra_argv(cfg: CqrsConfig) -> list[str]:
-    home = _cassandra_dir(cfg)
+def cassandra_argv(cfg: CqrsConfig, node: CassandraNode | None = None) -> list[str]:
+    node = node or cassandra_node(cfg)
+    home = node.workdir
     jars = require_installed(cfg.dev, "cassandra")
-    heap = cfg.dev.cassandra_heap
     agent = sorted(jars.glob("jamm-*.jar"))
     return [
-        find_java(cfg), f"-Xmx{heap}", f"-Xms{heap}", "-Xss512k",
+        find_java(cfg), f"-Xmx{node.heap}", f"-Xms{node.heap}", "-Xss512k",
         "-XX:+UseG1GC", "-XX:+ParallelRefProcEnabled", "-XX:MaxGCPauseMillis=300",
         "-XX:ActiveProcessorCount=2", "-XX:+PerfDisableSharedMem", "-XX:+ExitOnOutOfMemoryError",
         *_CASSANDRA_JDK17_FLAGS,
         *([f"-javaagent:{agent[-1]}"] if agent else []),
         "-Dcassandra-foreground=yes",
-        f"-Dcassandra.config=file://{_cassandra_yaml(cfg)}",
+        f"-Dcassandra.config=file://{_cassandra_yaml(cfg, node)}",
         f"-Dcassandra.storagedir={home}",
         f"-Dcassandra.logdir={home}",
         f"-Dlogback.configurationFile={home / 'logback.xml'}",
         "-Dcassandra.skip_wait_for_gossip_to_settle=0",
-        "-Dcassandra.ring_delay_ms=0",
+        f"-Dcassandra.ring_delay_ms={node.ring_delay_ms}",
         "-Dcassandra.superuser_setup_delay_ms=0",
-        "-Dcassandra.initial_token=",
-        "-Dcqrs.devstack=cassandra",
+        f"-Dcassandra.initial_token={node.initial_token}",
+        node.marker,
         "-cp", str(jars / "*"), "org.apache.cassandra.service.CassandraDaemon",
     ]
 
 
-def cassandra_healthy(cfg: CqrsConfig) -> bool:
-    """True when the node answers ``SELECT release_version FROM system.local``."""
+def cassandra_healthy(cfg: CqrsConfig, address: str | None = None, port: int | None = None,
+                      peers: int = 0) -> bool:
+    """True when the node answers ``SELECT release_version FROM system.local`` and knows at
+    least ``peers`` other nodes that are up (default: the configured contact point)."""
     from cassandra.cluster import Cluster
+    from cassandra.policies import WhiteListRoundRobinPolicy
 
-    if not _port_open(f"{cfg.cassandra.contact_points()[0]}:{cfg.cassandra.port}"):
+    address = address or cfg.cassandra.contact_points()[0]
+    port = port or cfg.cassandra.port
+    if not _port_open(f"{address}:{port}"):
         return False
-    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
-                      connect_timeout=2, control_connection_timeout=2)
+    cluster = Cluster([address], port=port, connect_timeout=2, control_connection_timeout=2,
+                      load_balancing_policy=WhiteListRoundRobinPolicy([address]))
     try:
-        row = cluster.connect().execute("SELECT release_version FROM system.local").one()
-        return bool(row and row.release_version)
+        session = cluster.connect()
+        row = session.execute("SELECT release_version FROM system.local").one()
+        if not (row and row.release_version):
+            return False
+        return peers == 0 or len(list(session.execute("SELECT peer FROM system.peers"))) >= peers
     finally:
         cluster.shutdown()

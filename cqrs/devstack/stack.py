@@ -1,4 +1,6 @@
-"""The local dev stack: one Kafka broker (KRaft) and one Cassandra node, on loopback.
+"""The local dev stack on loopback: one Kafka broker (KRaft) and one Cassandra node, or with
+``cluster=True`` three brokers, a Spark standalone master with its workers and several
+Cassandra nodes (see :mod:`cqrs.devstack.cluster`).
 
 ``up`` is idempotent (a healthy service is left alone), ``down`` stops exactly the processes
 ``up`` started (recorded PIDs), data survives ``down``/``up`` and ``fresh=True`` wipes it.
@@ -9,6 +11,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import attrs
 
@@ -17,7 +20,7 @@ from cqrs.devstack import services
 from cqrs.devstack.process import ServiceProcess
 from cqrs.errors import DevStackError
 
-__all__ = ["DevStack", "ServiceStatus"]
+__all__ = ["DevStack", "Service", "ServiceStatus"]
 
 
 @attrs.frozen
@@ -32,91 +35,128 @@ class ServiceStatus:
     started_in_s: float | None = None  # set by ``up`` when it started the service
 
 
+@attrs.frozen
+class Service:
+    """One service of a stack: its process, how to launch and check it, where it answers.
+
+    ``wave``: services of a wave start together once every service of the earlier waves is
+    healthy (a Spark worker needs its master)."""
+
+    name: str
+    process: ServiceProcess
+    argv: Callable[[], list[str]]
+    healthy: Callable[[], bool]
+    endpoint: str
+    wave: int = 0
+    env: dict[str, str] | None = None
+
+
 @attrs.define
 class DevStack:
     config: CqrsConfig
+    cluster: bool = False
 
-    def _services(self) -> dict[str, tuple[ServiceProcess, Callable[[], bool], str]]:
+    @property
+    def data_path(self) -> Path:
+        return self.config.dev.cluster_path if self.cluster else self.config.dev.data_path
+
+    def _services(self) -> dict[str, Service]:
+        if self.cluster:
+            from cqrs.devstack.cluster import cluster_services
+
+            return {s.name: s for s in cluster_services(self.config)}
         cfg = self.config
-        data = cfg.dev.data_path
+        kafka, cassandra = services.kafka_node(cfg), services.cassandra_node(cfg)
+
+        def kafka_argv() -> list[str]:
+            services.format_kafka_storage(cfg, kafka)
+            return services.kafka_argv(cfg, kafka)
+
         return {
-            "kafka": (
-                ServiceProcess("kafka", data / "kafka", "-Dcqrs.devstack=kafka"),
-                lambda: services.kafka_healthy(cfg),
-                cfg.kafka.bootstrap_servers,
-            ),
-            "cassandra": (
-                ServiceProcess("cassandra", data / "cassandra", "-Dcqrs.devstack=cassandra"),
+            "kafka": Service(
+                "kafka", ServiceProcess("kafka", kafka.workdir, kafka.marker), kafka_argv,
+                lambda: services.kafka_healthy(cfg), cfg.kafka.bootstrap_servers),
+            "cassandra": Service(
+                "cassandra", ServiceProcess("cassandra", cassandra.workdir, cassandra.marker),
+                lambda: services.cassandra_argv(cfg, cassandra),
                 lambda: services.cassandra_healthy(cfg),
-                f"{cfg.cassandra.hosts}:{cfg.cassandra.port}",
-            ),
+                f"{cfg.cassandra.hosts}:{cfg.cassandra.port}"),
         }
 
-    def _argv(self, name: str) -> list[str]:
-        if name == "kafka":
-            services.format_kafka_storage(self.config)
-            return services.kafka_argv(self.config)
-        return services.cassandra_argv(self.config)
-
     def up(self, fresh: bool = False, say: Callable[[str], None] = print) -> list[ServiceStatus]:
-        """Start whatever is not running (both in parallel), wait until healthy, report."""
+        """Start whatever is not running (a wave in parallel), wait until healthy, report."""
         if fresh:
             self.down(say=say)
-            if self.config.dev.data_path.exists():
-                say(f"wiping {self.config.dev.data_path}")
-                shutil.rmtree(self.config.dev.data_path)
+            if self.data_path.exists():
+                say(f"wiping {self.data_path}")
+                shutil.rmtree(self.data_path)
+        all_services = self._services()
         started: dict[str, float] = {}
         launched: list[str] = []
-        for name, (proc, healthy, endpoint) in self._services().items():
-            if proc.pid() is not None:
-                say(f"{name}: already running (pid {proc.pid()}) at {endpoint}")
-                continue
-            if _quiet(healthy):
-                raise DevStackError(
-                    f"something else already answers at {endpoint} where the dev {name} would "
-                    f"listen; stop it or choose other ports (CQRS_DEV_*_PORT settings)"
-                )
-            started[name] = time.monotonic()
-            pid = proc.start(self._argv(name))
-            launched.append(name)
-            say(f"{name}: starting (pid {pid}), log {proc.log_file}")
         took: dict[str, float] = {}
         try:
-            for name in launched:
-                proc, healthy, _ = self._services()[name]
-                proc.wait_healthy(healthy, self.config.dev.start_timeout_s)
-                took[name] = time.monotonic() - started[name]
-                say(f"{name}: ready in {took[name]:.1f} s")
+            for wave in sorted({s.wave for s in all_services.values()}):
+                this_wave = []
+                for name, svc in all_services.items():
+                    if svc.wave != wave:
+                        continue
+                    proc = svc.process
+                    if proc.pid() is not None:
+                        say(f"{name}: already running (pid {proc.pid()}) at {svc.endpoint}")
+                        continue
+                    if _quiet(svc.healthy):
+                        raise DevStackError(
+                            f"something else already answers at {svc.endpoint} where the dev "
+                            f"{name} would listen; stop it or choose other ports (CQRS_DEV_* "
+                            "port settings)"
+                        )
+                    started[name] = time.monotonic()
+                    pid = proc.start(svc.argv(), env=svc.env)
+                    launched.append(name)
+                    this_wave.append(name)
+                    say(f"{name}: starting (pid {pid}), log {proc.log_file}")
+                for name in this_wave:
+                    svc = all_services[name]
+                    svc.process.wait_healthy(svc.healthy, self.config.dev.start_timeout_s)
+                    took[name] = time.monotonic() - started[name]
+                    say(f"{name}: ready in {took[name]:.1f} s")
         except DevStackError:
-            for name in launched:  # leave nothing half-started behind
-                self._services()[name][0].stop()
+            for name in reversed(launched):  # leave nothing half-started behind
+                all_services[name].process.stop()
             raise
+        if self.cluster:
+            from cqrs.devstack.cluster import cluster_toml, cluster_toml_path
+
+            cluster_toml_path(self.config).write_text(cluster_toml(self.config))
         statuses = self.status()
         return [attrs.evolve(s, started_in_s=took.get(s.name)) for s in statuses]
 
     def status(self) -> list[ServiceStatus]:
         out = []
-        for name, (proc, healthy, endpoint) in self._services().items():
-            pid = proc.pid()
+        for name, svc in self._services().items():
+            pid = svc.process.pid()
             out.append(ServiceStatus(
                 name=name, running=pid is not None,
-                healthy=pid is not None and _quiet(healthy), pid=pid,
-                resident_mib=proc.resident_mib(), endpoint=endpoint, log_file=str(proc.log_file),
+                healthy=pid is not None and _quiet(svc.healthy), pid=pid,
+                resident_mib=svc.process.resident_mib(), endpoint=svc.endpoint,
+                log_file=str(svc.process.log_file),
             ))
         return out
 
     def down(self, say: Callable[[str], None] = print) -> None:
-        for name, (proc, _, _) in self._services().items():
-            pid = proc.pid()
-            if proc.stop():
+        """Stop every service, the last started first (workers before their master)."""
+        for name, svc in reversed(list(self._services().items())):
+            pid = svc.process.pid()
+            if svc.process.stop():
                 say(f"{name}: stopped (pid {pid})")
             else:
                 say(f"{name}: not running")
 
     def log_file(self, name: str) -> str:
-        if name not in self._services():
-            raise DevStackError(f"unknown service {name!r}; known: kafka, cassandra")
-        return str(self._services()[name][0].log_file)
+        known = self._services()
+        if name not in known:
+            raise DevStackError(f"unknown service {name!r}; known: {', '.join(known)}")
+        return str(known[name].process.log_file)
 
 
 def _quiet(check: Callable[[], bool]) -> bool:
