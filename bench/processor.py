@@ -71,7 +71,7 @@ from harness import (  # noqa: E402
 )
 from kstreams import DEFAULT_DIR as KSTREAMS_DIR  # noqa: E402
 from kstreams import kstreams_rows, run_kstreams  # noqa: E402
-from procmem import MachineCpu, SparkMemorySampler  # noqa: E402
+from procmem import ComponentCpu, MachineCpu, SparkMemorySampler  # noqa: E402
 from report import (  # noqa: E402
     DEFAULT_IMG_DIR, DEFAULT_RESULTS_DIR, OURS, plot_all, summary_table, write_results,
 )
@@ -120,12 +120,12 @@ def throughput(cfg: CqrsConfig, spark: Any, aggregates: int, commands: int) -> R
     work = encode_all(app, deposits(aggregates, commands))
     print(f"encoded {commands:,} deposits in {time.monotonic() - started:.1f} s (before the clock)", flush=True)
     with SparkMemorySampler() as mem, running_processor(cfg, spark, aggregates) as (topics, watcher, query):
-        cpu = MachineCpu()
+        cpu, parts = MachineCpu(), ComponentCpu(stack_pids(cfg))
         started = time.monotonic()
         produce(cfg, topics.commands, work)
         produced = time.monotonic() - started
         last = watcher.wait_for([r.cid for r in work], timeout_for(commands, 1800), "timed", query)
-        machine = cpu.percent()
+        machine, by_part = cpu.percent(), parts.seconds()
         batches = batch_report(query)
     elapsed = last - started
     rate = commands / elapsed
@@ -133,9 +133,19 @@ def throughput(cfg: CqrsConfig, spark: Any, aggregates: int, commands: int) -> R
     print(f"RESULT throughput aggregates={aggregates} commands={commands} seconds={elapsed:.1f} "
           f"commands_per_s={rate:,.0f} (producing took {produced:.1f} s) peak RSS MiB: "
           f"JVM {peak.jvm_mib:,.0f}, workers {peak.workers_mib:,.0f} ({peak.workers})", flush=True)
+    print("CPU in the window, us per command: " + ", ".join(
+        f"{k} {v / commands * 1e6:,.0f}" for k, v in by_part.items()), flush=True)
     return {"system": OURS, "kind": "throughput", "aggregates": aggregates, "commands": commands,
             "seconds": round(elapsed, 3), "commands_per_s": round(rate), "produce_seconds": round(produced, 3),
-            "loadavg": load, "machine_pct": machine, "memory": peak.as_dict(), "batches": batches}
+            "loadavg": load, "machine_pct": machine, "cpu_s": by_part, "memory": peak.as_dict(),
+            "batches": batches}
+
+
+def stack_pids(cfg: CqrsConfig) -> dict[str, int]:
+    """The dev stack's service processes (kafka, cassandra), for the CPU split."""
+    from cqrs.devstack.stack import DevStack
+
+    return {s.name: s.pid for s in DevStack(cfg).status() if s.pid is not None}
 
 
 def batch_report(query: Any) -> dict[str, Any]:
@@ -159,20 +169,23 @@ def latency(cfg: CqrsConfig, spark: Any, rate: float, seconds: float) -> Row:
     total = int(rate * seconds)
     work: list[Encoded] = encode_all(app, [(f"acc-{n % LATENCY_AGGREGATES}", Deposit(1)) for n in range(total)])
     with SparkMemorySampler() as mem, running_processor(cfg, spark, LATENCY_AGGREGATES) as (topics, watcher, query):
-        cpu = MachineCpu()
+        cpu, parts = MachineCpu(), ComponentCpu(stack_pids(cfg))
         sent_at: dict[bytes, float] = {}
         produce(cfg, topics.commands, work, sent_at=sent_at, rate=rate)
         ids = [r.cid for r in work]
         watcher.wait_for(ids, timeout_for(total, 600), "latency", query)
         rtt = [watcher.arrived[i] - sent_at[i] for i in ids]
-        machine = cpu.percent()
+        machine, by_part = cpu.percent(), parts.seconds()
+        batches = batch_report(query)
+    print("CPU in the window, % of one core: " + ", ".join(
+        f"{k} {v / seconds * 100:,.0f}" for k, v in by_part.items()), flush=True)
     stats = latency_summary(rtt)
     print(f"RESULT latency rate={rate:.0f}/s commands={total} p50_s={stats['p50_s']:.3f} "
           f"p99_s={stats['p99_s']:.3f} max_s={stats['max_s']:.3f}", flush=True)
     return {"system": OURS, "kind": "latency", "rate_per_s": rate, "seconds": seconds,
             "aggregates": LATENCY_AGGREGATES, "commands": total, **stats,
             "rtt_s": [round(x, 4) for x in rtt], "loadavg": load, "machine_pct": machine,
-            "memory": mem.peak().as_dict()}
+            "cpu_s": by_part, "memory": mem.peak().as_dict(), "batches": batches}
 
 
 def attempt(rows: list[Row], system: str, kind: str, run: Callable[[], Row | list[Row]],

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ["MachineCpu", "MemoryPeak", "SparkMemorySampler", "spark_processes"]
+__all__ = ["ComponentCpu", "MachineCpu", "MemoryPeak", "SparkMemorySampler", "spark_processes"]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _MIB = 1024 * 1024
@@ -145,3 +145,43 @@ class MachineCpu:
         wall = time.monotonic() - self.started[0]
         ticks = self._busy_ticks() - self.started[1]
         return round(ticks / os.sysconf("SC_CLK_TCK") / wall * 100) if wall > 0 else 0.0
+
+
+def _cpu_ticks(pid: int, children: bool) -> int:
+    """utime + stime of ``pid`` (plus its reaped children's with ``children``); 0 if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    f = stat[stat.rindex(")") + 2:].split()
+    return int(f[11]) + int(f[12]) + ((int(f[13]) + int(f[14])) if children else 0)
+
+
+class ComponentCpu:
+    """CPU seconds each part of a run used between two points, from /proc: the Kafka broker and
+    Cassandra (the dev stack's processes), this process's Spark JVM, its Python workers (with
+    their reaped children) and this process itself (the load generator and the results
+    reader), so a figure shows where the machine's two cores went.
+
+        cpu = ComponentCpu(cfg)
+        ...                                  # the run
+        print(cpu.seconds())                 # {"kafka": 3.1, "cassandra": 2.0, ...}
+    """
+
+    def __init__(self, services: dict[str, int]) -> None:
+        self.services = services  # name -> pid (kafka, cassandra)
+        self.started = self._ticks()
+
+    def _ticks(self) -> dict[str, int]:
+        jvm, workers = spark_processes()
+        daemon = [w for w in workers if "pyspark.daemon" in _cmdline(w)]
+        out = {name: _cpu_ticks(pid, False) for name, pid in self.services.items()}
+        out["spark jvm"] = _cpu_ticks(jvm, False) if jvm else 0
+        out["python workers"] = (sum(_cpu_ticks(w, False) for w in workers if w not in daemon)
+                                 + sum(_cpu_ticks(d, True) for d in daemon))
+        out["bench (load + results)"] = _cpu_ticks(os.getpid(), False)
+        return out
+
+    def seconds(self) -> dict[str, float]:
+        now, tick = self._ticks(), os.sysconf("SC_CLK_TCK")
+        return {k: round(max(0, now[k] - self.started.get(k, 0)) / tick, 2) for k in now}

@@ -17,6 +17,7 @@ from cqrs.codec.upcasting import Upcaster
 from cqrs.domain.aggregate import Aggregate
 from cqrs.domain.handler import CommandHandler
 from cqrs.domain.model import DomainModel
+from cqrs.envelope import CommandRecord
 from cqrs.errors import InvalidAppNameError
 from cqrs.results import FRAMEWORK_CLASSES
 
@@ -57,7 +58,8 @@ class App:
     def codec_for(self, store: SchemaStore) -> Codec:
         """A codec for this app's classes and upcasters bound to ``store``."""
         return Codec(
-            [*self.model.message_classes(), *FRAMEWORK_CLASSES], upcasters=self.upcasters, store=store
+            [*self.model.message_classes(), *FRAMEWORK_CLASSES, CommandRecord],
+            upcasters=self.upcasters, store=store,
         )
 
     def use_schema_store(self, store: SchemaStore, *, check: bool = True) -> Codec:

@@ -1,7 +1,9 @@
 """The command processor's dead letters: read them, and send them again once the cause is fixed.
 
 A dead letter is the original command record (key, value, headers) plus ``cqrs.dlq.*`` headers
-naming the stage, the error and where the record came from (see cqrs.processor.step). Retrying
+naming the stage, the error and where the record came from (see cqrs.processor.step). The
+command's envelope is in its value (:class:`cqrs.envelope.CommandRecord`), or in its original
+headers for records in the older header form. Retrying
 sends the original command to the commands topic again under a *derived* command id,
 ``<original id>~retry@<dlq partition>:<dlq offset>``:
 
@@ -20,7 +22,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from cqrs.config import CqrsConfig
-from cqrs.envelope import HEADER_PREFIX, Headers
+from cqrs.envelope import HEADER_PREFIX, Envelope, Headers, from_kafka, to_kafka
 from cqrs.errors import CqrsError
 from cqrs.kafka_io import KafkaRecord, make_producer, read_to_end
 from cqrs.processor.step import DLQ_PREFIX
@@ -70,7 +72,18 @@ class DeadLetter:
         return None
 
     @property
+    def envelope(self) -> Envelope | None:
+        """The original command's envelope, if it is readable."""
+        try:
+            return from_kafka(self.key, self.value, self.headers)[0]
+        except CqrsError:
+            return None
+
+    @property
     def command_id(self) -> str | None:
+        env = self.envelope
+        if env is not None:
+            return env.command_id or env.message_id
         return self.header(HEADER_PREFIX + "command_id") or self.header(HEADER_PREFIX + "message_id")
 
     @property
@@ -79,7 +92,8 @@ class DeadLetter:
 
     @property
     def message_type(self) -> str | None:
-        return self.header(HEADER_PREFIX + "message_type")
+        env = self.envelope
+        return env.message_type if env is not None else self.header(HEADER_PREFIX + "message_type")
 
 
 def _int(text: str | None) -> int:
@@ -124,7 +138,13 @@ def retry_id(dead: DeadLetter) -> str:
 
 
 def retry_record(dead: DeadLetter) -> tuple[bytes | None, bytes | None, Headers]:
-    """``(key, value, headers)`` of the command that retries ``dead``."""
+    """``(key, value, headers)`` of the command that retries ``dead`` (in the form it came in)."""
+    env = dead.envelope
+    if env is not None and not dead.headers:  # a command record: the ids are in its value
+        new = retry_id(dead)
+        payload = from_kafka(dead.key, dead.value, dead.headers)[1]
+        return to_kafka(attrs.evolve(env, message_id=new, command_id=new,
+                                     causation_id=env.command_id or env.message_id), payload)
     new_id = retry_id(dead).encode()
     original_id = (dead.command_id or "").encode()
     replaced = {HEADER_PREFIX + "command_id": new_id, HEADER_PREFIX + "message_id": new_id,

@@ -1,10 +1,18 @@
-"""The message envelope and its mapping to a Kafka record.
+"""The message envelope and its mapping to a Kafka record (see docs/wire-format.md).
 
-A record on a commands or events topic is::
+An **event** record is::
 
     key     = aggregate id, UTF-8
-    value   = the payload, Avro single-object encoded (see docs/wire-format.md)
+    value   = the payload, Avro single-object encoded
     headers = the envelope fields, UTF-8 text (ints in decimal, timestamps ISO-8601 UTC)
+
+A **command** record carries its envelope in the value instead, as one Avro record
+(:class:`CommandRecord`, single-object encoded, the payload's bytes inside), and no headers:
+only the processor reads commands, and a Python consumer pays ~1.5 us per header per record
+to read headers (confluent-kafka builds a tuple per header), 12-18 us for a command's eight,
+while the record decodes in ~2 us. Events keep their headers: projectors read them as columns
+in Spark SQL, and any consumer can filter on them without Avro. Command records in the older
+header form are still read.
 
 ``to_kafka`` / ``from_kafka`` are pure functions (no Kafka client import): the same code serves
 the Python producer, the Spark job (which sees headers as ``array<struct<key, value>>``) and
@@ -19,18 +27,25 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from cqrs.codec.binary import record_reader, record_writer
+from cqrs.codec.schema import schema_for
+from cqrs.codec.single_object import MAGIC, fingerprint
+from cqrs.domain._names import TYPE_ATTR
 from cqrs.domain.decision import NewEvent
 from cqrs.domain.messages import type_name
 from cqrs.errors import MalformedHeaderError, MissingHeaderError
 
 __all__ = [
+    "COMMAND_RECORD_PREFIX",
     "CONTENT_TYPE",
     "HEADER_PREFIX",
+    "CommandRecord",
     "Envelope",
     "Headers",
     "MessageKind",
     "event_to_kafka",
     "from_kafka",
+    "read_command",
     "to_kafka",
 ]
 
@@ -108,6 +123,96 @@ class Envelope:
         )
 
 
+@attrs.frozen(slots=True)
+class CommandRecord:
+    """The value of a command record: the command's envelope and its payload (the command,
+    single-object encoded) in one Avro record, wire name ``cqrs.CommandRecord``. The key is the
+    aggregate id, as for events; the message id is the command id."""
+
+    command_id: str
+    message_type: str
+    aggregate_type: str
+    timestamp: _dt.datetime
+    payload: bytes
+    expected_version: int | None = None
+    correlation_id: str | None = None
+    causation_id: str | None = None
+    reply_partition: int | None = None
+
+
+setattr(CommandRecord, TYPE_ATTR, "cqrs.CommandRecord")
+_COMMAND_SCHEMA: Final = schema_for(CommandRecord)
+COMMAND_RECORD_PREFIX: Final = MAGIC + fingerprint(_COMMAND_SCHEMA)
+"""The first 10 bytes of every command record's value (marker and schema fingerprint)."""
+_write_command = record_writer(CommandRecord, _COMMAND_SCHEMA, COMMAND_RECORD_PREFIX)
+_read_command = record_reader(CommandRecord, _COMMAND_SCHEMA)
+assert _write_command is not None and _read_command is not None, "CommandRecord codec not generated"
+_PREFIX_SIZE: Final = len(COMMAND_RECORD_PREFIX)
+
+
+def _command_value(envelope: Envelope, payload: bytes) -> bytes:
+    _timestamp_text(envelope.timestamp)  # the same check (and error) as the header form
+    if envelope.command_id not in (None, envelope.message_id):
+        raise MalformedHeaderError(
+            f"command envelope has message id {envelope.message_id!r} and command id "
+            f"{envelope.command_id!r}: a command's message id is its command id")
+    rec = CommandRecord(
+        envelope.message_id, envelope.message_type, envelope.aggregate_type, envelope.timestamp,
+        bytes(payload), envelope.expected_version, envelope.correlation_id,
+        envelope.causation_id, envelope.reply_partition)
+    try:
+        return _write_command(rec)  # type: ignore[misc]
+    except Exception:  # noqa: BLE001 - a value of the wrong type: the checked path names it
+        import io
+
+        from fastavro import schemaless_writer
+
+        from cqrs.codec.values import record_to_avro
+
+        buf = io.BytesIO()
+        buf.write(COMMAND_RECORD_PREFIX)
+        schemaless_writer(buf, _COMMAND_SCHEMA, record_to_avro(rec, "command envelope"))
+        return buf.getvalue()
+
+
+def _envelope_of(rec: CommandRecord, aggregate_id: str) -> Envelope:
+    return Envelope(rec.command_id, rec.message_type, "command", rec.aggregate_type, aggregate_id,
+                    rec.timestamp, None, rec.expected_version, rec.command_id,
+                    rec.correlation_id, rec.causation_id, rec.reply_partition)
+
+
+def read_command(aggregate_id: str, value: bytes) -> tuple[Envelope, bytes] | None:
+    """``(envelope, payload)`` of a well-formed command record's value, or ``None``: the
+    processor's hot path (no error texts); :func:`from_kafka` names what is wrong."""
+    if not value.startswith(COMMAND_RECORD_PREFIX):
+        return None
+    try:
+        rec = _read_command(value, _PREFIX_SIZE)  # type: ignore[misc]
+    except Exception:  # noqa: BLE001 - truncated, garbled: from_kafka says what
+        return None
+    return _envelope_of(rec, aggregate_id), rec.payload
+
+
+def _decode_command(value: bytes, aggregate_id: str) -> tuple[Envelope, bytes]:
+    found = read_command(aggregate_id, value)
+    if found is not None:
+        return found
+    import io
+
+    from fastavro import schemaless_reader
+
+    from cqrs.codec.values import record_from_avro
+
+    try:  # fastavro reads what the generated reader does not (and names the problem)
+        raw = schemaless_reader(io.BytesIO(value[_PREFIX_SIZE:]), _COMMAND_SCHEMA, None)
+        rec = record_from_avro(CommandRecord, raw)
+    except Exception as exc:  # noqa: BLE001
+        raise MalformedHeaderError(
+            f"command record of aggregate {aggregate_id!r} is not a readable cqrs.CommandRecord "
+            f"({type(exc).__name__}: {exc}): it was garbled or truncated on the way") from None
+    return _envelope_of(rec, aggregate_id), rec.payload
+
+
 def _timestamp_text(ts: _dt.datetime) -> str:
     if ts.tzinfo is None or ts.utcoffset() is None:
         raise MalformedHeaderError(
@@ -118,7 +223,11 @@ def _timestamp_text(ts: _dt.datetime) -> str:
 
 
 def to_kafka(envelope: Envelope, payload: bytes) -> tuple[bytes, bytes, Headers]:
-    """``(key, value, headers)`` of the Kafka record carrying ``payload`` in ``envelope``."""
+    """``(key, value, headers)`` of the Kafka record carrying ``payload`` in ``envelope``: for
+    a command a :class:`CommandRecord` value and no headers, for an event the payload and the
+    envelope in headers."""
+    if envelope.kind == "command":
+        return envelope.aggregate_id.encode(), _command_value(envelope, payload), []
     headers: Headers = [("content-type", envelope.content_type.encode())]
     for name in _REQUIRED:
         value = getattr(envelope, name)
@@ -201,6 +310,8 @@ def from_kafka(
         aggregate_id = bytes(key).decode("utf-8")
     except UnicodeDecodeError:
         raise MalformedHeaderError(f"record key {key!r} is not a UTF-8 aggregate id") from None
+    if bytes(value[:_PREFIX_SIZE]) == COMMAND_RECORD_PREFIX:
+        return _decode_command(bytes(value), aggregate_id)
     found = _header_map(headers)
     fields: dict[str, Any] = {"aggregate_id": aggregate_id}
     for name in _REQUIRED:

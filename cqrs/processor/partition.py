@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 
 from cqrs.config import CqrsConfig
-from cqrs.envelope import CONTENT_TYPE, Envelope
+from cqrs.envelope import CONTENT_TYPE, Envelope, read_command
 from cqrs.errors import CqrsError
 from cqrs.processor.state_table import StateTable, StoredAggregate
 from cqrs.processor.step import UNDECODED, AggregateStep, InputRecord, OutputRecord
@@ -67,6 +67,7 @@ class SliceStats:
     dead_letters: int = 0
     cache_hits: int = 0
     state_reads: int = 0
+    fetch_s: float = 0.0  # reading the slice from Kafka (set by the caller that fetched it)
     read_s: float = 0.0
     step_s: float = 0.0
     produce_s: float = 0.0
@@ -137,8 +138,8 @@ def _optional_str(raw: bytes | None) -> str | None:
 
 
 def read_envelope(aggregate_id: str, headers: Sequence[tuple[str, bytes | None]] | None) -> Envelope | None:
-    """The envelope of a well-formed command record, or ``None`` when anything is missing or
-    malformed: the step then reads the record with :func:`cqrs.envelope.from_kafka`, whose error
+    """The envelope of a well-formed command record in the older header form (see
+    :mod:`cqrs.envelope`), or ``None`` when anything is missing or malformed: the step then reads the record with :func:`cqrs.envelope.from_kafka`, whose error
     names the problem. A cheaper twin of ``from_kafka`` for the hot path (no error texts)."""
     found = dict(headers or ())
     try:
@@ -277,8 +278,16 @@ def _process(worker: Worker, topic: str, partition: int,
             agg_id = None if key is None else key.decode("utf-8")
         except UnicodeDecodeError:
             agg_id = None
-        env = None if agg_id is None else read_envelope(agg_id, headers)
-        rec = InputRecord(key, value, headers or [], partition, offset, topic, env)
+        env = payload = None
+        if agg_id is not None and value is not None:
+            if not headers:  # a command record: the envelope is in the value
+                found = read_command(agg_id, value)
+                if found is not None:
+                    env, payload = found
+            else:  # the older form, with the envelope in headers
+                env = read_envelope(agg_id, headers)
+                payload = None if env is None else value
+        rec = InputRecord(key, value, headers or [], partition, offset, topic, env, payload)
         if env is not None:
             groups.setdefault((env.aggregate_type, agg_id), []).append(rec)
         else:  # the step reads it the slow way: by its type header, if it has one

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -147,8 +148,10 @@ class CommandReader(DataSourceStreamReader):  # type: ignore[misc]
 
         s = self.settings
         worker = worker_for(s.cfg, s.opts)
-        total = SliceStats()
-        for p, messages in worker.fetch(s.topic, partition.ranges).items():
+        started = time.perf_counter()
+        fetched = worker.fetch(s.topic, partition.ranges)
+        total = SliceStats(fetch_s=time.perf_counter() - started)
+        for p, messages in fetched.items():
             total.add(process_slice(worker, s.topic, p, messages))
         yield tuple(getattr(total, f) for f in STATS_FIELDS)
 

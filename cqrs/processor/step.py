@@ -43,9 +43,10 @@ _STATUS_HEADERS = {s: ("cqrs.status", s.encode()) for s in (ACCEPTED, REJECTED, 
 
 @attrs.frozen
 class InputRecord:
-    """A command record as read from Kafka. ``envelope``, when given, is the record's envelope
-    already read from columns (the Spark job parses headers in SQL): the step then trusts it
-    instead of reading ``headers``, which it only copies into dead letters."""
+    """A command record as read from Kafka. ``envelope`` and ``payload``, when given, are the
+    record's envelope and command payload already read by the caller (the processor's hot path,
+    :func:`cqrs.envelope.read_command`): the step then trusts them instead of reading the record
+    again; ``key``, ``value`` and ``headers`` are what it copies into dead letters."""
 
     key: bytes | None
     value: bytes | None
@@ -54,6 +55,7 @@ class InputRecord:
     offset: int
     topic: str = ""
     envelope: Envelope | None = None
+    payload: bytes | None = None
 
 
 @attrs.frozen
@@ -154,9 +156,14 @@ class AggregateStep:
         out: list[OutputRecord] = []
         if aggregate_type is None or aggregate_id is None:
             for rec in ordered:
+                try:  # for the error that names the problem
+                    from_kafka(rec.key, rec.value, rec.headers)
+                except CqrsError as exc:
+                    out.append(self._dead_letter(rec, "envelope", type(exc).__name__, str(exc)))
+                    continue
                 out.append(self._dead_letter(rec, "envelope", "MissingHeaderError",
                                              "record has no key (aggregate id) or no "
-                                             "cqrs.aggregate_type header"))
+                                             "aggregate type"))
             return StepResult(None, decoded, out)
         try:
             entry = self.app.model.entry(aggregate_type)
@@ -176,8 +183,8 @@ class AggregateStep:
         batch_ids: set[str] = set()
         for rec in ordered:
             try:
-                if rec.envelope is not None and rec.value is not None:
-                    env, payload = rec.envelope, rec.value
+                if rec.envelope is not None and rec.payload is not None:
+                    env, payload = rec.envelope, rec.payload
                 else:
                     env, payload = from_kafka(rec.key, rec.value, rec.headers)
             except CqrsError as exc:

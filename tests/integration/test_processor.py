@@ -13,10 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
+from cqrs.envelope import from_kafka, to_kafka
 from cqrs.kafka_io import KafkaRecord, make_producer, read_to_end
 from cqrs.processor.job import ProcessorOptions, start_processor
 from cqrs.results import CommandResult
@@ -158,22 +160,31 @@ def test_poison_records_are_dead_lettered_and_the_aggregate_keeps_working(
 ) -> None:
     workload.send("acc-p", OpenAccount("ann"))
     _, key, value, headers = encode_command(app, "acc-p", Deposit(3), timestamp=T0)
-    workload.send_raw(key, value[:7], headers)  # truncated Avro
-    workload.send_raw(key, b"\xc3\x01" + b"\x00" * 8 + b"\x02", headers)  # unknown fingerprint
+    env, payload = from_kafka(key, value, headers)
+
+    def with_payload(cid: str, broken: bytes) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+        """A command record whose envelope is fine and whose command is not."""
+        return to_kafka(attrs.evolve(env, message_id=cid, command_id=cid), broken)
+
+    workload.send_raw(*with_payload("trunc", payload[:7]))  # truncated Avro
+    workload.send_raw(*with_payload("unknown", b"\xc3\x01" + b"\x00" * 8 + b"\x02"))  # unknown fingerprint
+    workload.send_raw(key, value[:20], [])  # a garbled command record
     workload.send_raw(b"acc-p", b"not avro at all", [("cqrs.aggregate_type", b"example.bank.Account")])
-    workload.send_raw(None, value, [])  # no key, no envelope
+    workload.send_raw(None, value, [])  # no key
     crash = workload.send("acc-p", Explode("poison"))
     ok = workload.send("acc-p", Deposit(4))
     workload.process(spark)
 
     dead = workload.dead_letters()
     stages = sorted(dict(d.headers)["cqrs.dlq.stage"].decode() for d in dead)
-    assert stages == ["decode", "decode", "envelope", "envelope", "handler"]
+    assert stages == ["decode", "decode", "envelope", "envelope", "envelope", "handler"]
     for d in dead:
         h = dict(d.headers)
         assert h["cqrs.dlq.topic"] == workload.topics.commands.encode()
         assert int(h["cqrs.dlq.offset"]) >= 0 and h["cqrs.dlq.error"]
-    assert {d.value for d in dead} >= {value[:7], b"not avro at all"}  # original bytes kept
+    assert {d.value for d in dead} >= {value[:20], b"not avro at all"}  # original bytes kept
+    results = workload.results()
+    assert results["trunc"].status == results["unknown"].status == "failed"  # the senders hear
     results = workload.results()
     assert results[crash].status == "failed" and results[crash].error_type == "RuntimeError"
     assert (results[ok].status, results[ok].version) == ("accepted", 2)
@@ -274,4 +285,4 @@ def test_dead_letters_are_listed_and_a_retry_runs_once(workload: Workload, spark
     letters = list_dead_letters(workload.cfg, workload.topics)
     assert len(letters) == 2
     assert letters[1].command_id == sent[0]
-    assert letters[1].header("cqrs.causation_id") == boom
+    assert letters[1].envelope is not None and letters[1].envelope.causation_id == boom

@@ -7,8 +7,12 @@ import datetime as dt
 import pytest
 
 from cqrs.domain import CommandInput, DomainModel, decide
-from cqrs.envelope import CONTENT_TYPE, Envelope, event_to_kafka, from_kafka, to_kafka
-from cqrs.errors import EnvelopeError, MalformedHeaderError, MissingHeaderError
+import attrs
+
+from cqrs.envelope import (
+    COMMAND_RECORD_PREFIX, CONTENT_TYPE, Envelope, event_to_kafka, from_kafka, read_command, to_kafka,
+)
+from cqrs.errors import EncodeError, EnvelopeError, MalformedHeaderError, MissingHeaderError
 from cqrs.testing.example import Account, AccountHandler, Deposit, OpenAccount
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
@@ -21,13 +25,41 @@ def _command_envelope() -> Envelope:
     )  # fmt: skip
 
 
+def _legacy_command(env: Envelope, payload: bytes) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """A command record in the older form, its envelope in headers (as events have it)."""
+    key, value, headers = to_kafka(attrs.evolve(env, kind="event"), payload)
+    return key, value, [(k, b"command" if k == "cqrs.kind" else v) for k, v in headers]
+
+
 def test_command_roundtrip() -> None:
     env = _command_envelope()
     key, value, headers = to_kafka(env, b"payload")
     assert key == "acc-ü".encode()
+    assert headers == [] and value.startswith(COMMAND_RECORD_PREFIX)  # the envelope is in the value
+    assert from_kafka(key, value, headers) == (env, b"payload")
+    assert read_command("acc-ü", value) == (env, b"payload")
+
+
+def test_commands_in_the_older_header_form_are_still_read() -> None:
+    env = _command_envelope()
+    key, value, headers = _legacy_command(env, b"payload")
     assert ("content-type", CONTENT_TYPE.encode()) in headers
     assert ("cqrs.expected_version", b"2") in headers
     assert from_kafka(key, value, headers) == (env, b"payload")
+
+
+@pytest.mark.parametrize("cut", [COMMAND_RECORD_PREFIX.__len__() + 1, 20, -1])
+def test_a_garbled_command_record_names_the_problem(cut: int) -> None:
+    key, value, headers = to_kafka(_command_envelope(), b"payload")
+    assert read_command("acc-ü", value[:cut]) is None
+    with pytest.raises(MalformedHeaderError, match="not a readable cqrs.CommandRecord"):
+        from_kafka(key, value[:cut], headers)
+
+
+def test_a_command_field_of_the_wrong_type_is_named() -> None:
+    env = attrs.evolve(_command_envelope(), expected_version="2")  # type: ignore[arg-type]
+    with pytest.raises(EncodeError, match="expected_version"):
+        to_kafka(env, b"p")
 
 
 def test_event_envelope_from_decision() -> None:
@@ -58,7 +90,7 @@ def test_event_envelope_from_decision() -> None:
     ],
 )
 def test_garbled_headers(mutate, error: type[EnvelopeError], text: str) -> None:  # type: ignore[no-untyped-def]
-    key, value, headers = to_kafka(_command_envelope(), b"p")
+    key, value, headers = _legacy_command(_command_envelope(), b"p")
     with pytest.raises(error, match=text):
         from_kafka(key, value, mutate(headers))
 
