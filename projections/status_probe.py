@@ -1,12 +1,14 @@
 """The projections' part of the status board (``cqrs run app``, ``cqrs serve``, ``cqrs top``):
 per projection, each live generation (the current one and one being rebuilt) with its
-position per events-topic partition, its lag, and a rebuild's progress."""
+position per events-topic partition, its lag, and a rebuild's progress; and the records
+waiting in the projections' dead-letter topic."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from cqrs.config import CqrsConfig
+from projections.dlq import dead_letter_topic
 from projections.model import projections_of
 from projections.positions import topic_offsets
 from projections.store import ProjectionStore, table_base
@@ -52,6 +54,7 @@ class ProjectionProbe:
         self.app = app
         self.board = board
         self.events_topic = events_topic
+        self.dead_letters = dead_letter_topic(app.name, cfg.kafka.topic_prefix)
         self._store: ProjectionStore | None = None
 
     @classmethod
@@ -68,6 +71,9 @@ class ProjectionProbe:
             self._store = open_store(self.cfg)
         self.board.set_projections(
             generation_rows(self.app, self._store, topic_offsets(self.cfg, self.events_topic)))
+        waiting = topic_offsets(self.cfg, self.dead_letters)  # empty until the topic exists
+        self.board.set_dead_letters([{"topic": self.dead_letters, "stage": "projector",
+                                      "waiting": sum(h - lo for lo, h in waiting.values())}])
 
     def close(self) -> None:
         if self._store is not None:

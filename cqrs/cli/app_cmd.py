@@ -74,7 +74,6 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
     from cqrs.processor.partition import SliceStats
     from cqrs.spark_session import spark_session
     from cqrs.topics import topics_for
-    from projections.dlq import dead_letter_topic
     from projections.model import select
     from projections.status_probe import ProjectionProbe
     from projections.store import table_base
@@ -110,8 +109,7 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
         board.set_memory({"driver_jvm": rss_bytes(jvm_pid), "python_driver": rss_bytes(os.getpid()),
                           "python_workers": sum(rss_bytes(w) for w in workers)})
 
-    probes: list[Any] = [KafkaProbe(cfg, topics, board, dead_letter_topics=[
-        (dead_letter_topic(app.name, cfg.kafka.topic_prefix), "projector")]), memory]
+    probes: list[Any] = [KafkaProbe(cfg, topics, board), memory]
     if app.projections:
         probes.append(ProjectionProbe(cfg, app, board, topics.events))
     poller = Poller(board, probes, cfg.metrics.refresh_s).start()
@@ -150,9 +148,15 @@ def _projector_spec(spark: Any, cfg: CqrsConfig, app_ref: str, projection: Any, 
 
 
 def _run_app(cfg: CqrsConfig, args: argparse.Namespace) -> int:
+    import signal
+
     runner = build_runner(cfg, args.app, trigger=args.trigger, projectors=not args.no_projectors)
+    stop = threading.Event()
+    # SIGTERM (systemd, Kubernetes, kill) stops the queries between batches, like Ctrl-C
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        runner.run()
+        runner.run(stop)
     except KeyboardInterrupt:
         pass
+    _say("stopped")
     return 0

@@ -52,9 +52,7 @@ class ServeStatus:
             from cqrs.topics import topics_for
 
             topics = topics_for(self.app.name, self.cfg.kafka.topic_prefix)
-            extra_dlq = [(f"{topics.base}.projection-dead-letters", "projector")] \
-                if self.app.projections else []
-            probes = [KafkaProbe(self.cfg, topics, self.board, dead_letter_topics=extra_dlq),
+            probes = [KafkaProbe(self.cfg, topics, self.board),
                       *(f(self.cfg, self.app, self.board) for f in self._probe_factories)]
             self._poller = Poller(self.board, probes, self.cfg.metrics.refresh_s)
             self._poller.run_once()  # the first page already has figures

@@ -98,7 +98,7 @@ class StatusBoard:
         self._counters: collections.Counter[str] = collections.Counter()
         self._projector_counters: dict[str, collections.Counter[str]] = {}
         self._ends: dict[str, dict[int, int]] = {}  # topic -> partition -> end offset
-        self._dead_letters: list[dict[str, Any]] = []
+        self._dead_letters: dict[str, dict[str, Any]] = {}  # topic -> row
         self._projections: list[dict[str, Any]] = []
         self._memory: dict[str, int] = {}
         self._ready_s: float | None = None
@@ -222,8 +222,10 @@ class StatusBoard:
             self._ends[topic] = dict(ends)
 
     def set_dead_letters(self, rows: list[dict[str, Any]]) -> None:
+        """``[{"topic", "stage", "waiting"}]``; each probe reports its own topics."""
         with self._lock:
-            self._dead_letters = copy.deepcopy(rows)
+            for row in rows:
+                self._dead_letters[row["topic"]] = dict(row)
 
     def set_projections(self, rows: list[dict[str, Any]]) -> None:
         with self._lock:
@@ -269,7 +271,7 @@ class StatusBoard:
                 "projector_counters": {k: dict(v) for k, v in self._projector_counters.items()},
                 "topics": {t: {str(p): e for p, e in sorted(ends.items())}
                            for t, ends in sorted(self._ends.items())},
-                "dead_letters": copy.deepcopy(self._dead_letters),
+                "dead_letters": [dict(r) for _, r in sorted(self._dead_letters.items())],
                 "projections": copy.deepcopy(self._projections),
                 "memory": dict(self._memory),
                 "events": list(self._events),

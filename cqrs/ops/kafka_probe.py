@@ -29,12 +29,11 @@ class KafkaProbe:
     ran, like any process-local Prometheus counter.
     """
 
-    def __init__(self, cfg: CqrsConfig, topics: AppTopics, board: StatusBoard, *,
-                 dead_letter_topics: Sequence[tuple[str, str]] = ()) -> None:
+    def __init__(self, cfg: CqrsConfig, topics: AppTopics, board: StatusBoard) -> None:
         self.cfg = cfg
         self.topics = topics
         self.board = board
-        self.dead_letter_topics = [(topics.dead_letters, "processor"), *dead_letter_topics]
+        self.dead_letter_topics = [(topics.dead_letters, "processor")]
         self._readers: dict[str, OffsetReader] = {}
         self._missing_at_start: set[str] = set()
         self._seen: set[str] = set()

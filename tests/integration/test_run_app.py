@@ -71,6 +71,8 @@ class Stack:
     runner_url: str
     serve_url: str
     logs: list[Path]
+    env: dict[str, str]
+    runner: subprocess.Popen[bytes]
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +110,7 @@ def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> 
 
         _until("the runner's processor and projector active", both_active, START_WAIT, logs)
         _until("cqrs serve up", lambda: _get(serve_url + "/health"), 60, logs)
-        yield Stack(cfg, runner_url, serve_url, logs)
+        yield Stack(cfg, runner_url, serve_url, logs, env, procs[0])
     finally:
         for proc in procs:
             proc.terminate()
@@ -267,3 +269,34 @@ def test_top_prints_the_same_figures(stack: Stack) -> None:
         assert q["name"] in done.stdout
     assert f"commands in: {int(status['counters'].get('commands_in', 0)):,}" in done.stdout
     assert "balances" in done.stdout and "current" in done.stdout
+
+
+def _batch_totals(output: str, unit: str) -> int:
+    """The sum of ``N <unit>`` over the ``batch ...: N <unit>, ...`` lines a job printed."""
+    total = 0
+    for line in output.splitlines():
+        if " batch " in f" {line}" and f" {unit}," in line:
+            total += int(line.split(": ", 1)[1].split(" ", 1)[0].replace(",", ""))
+    return total
+
+
+def test_separate_processes_continue_from_the_same_checkpoints(stack: Stack) -> None:
+    # runs last in this module: it stops the runner for good
+    stack.runner.terminate()
+    assert stack.runner.wait(timeout=120) is not None
+    acc = _acc()
+    with CommandClient(app, stack.cfg) as client:
+        future = client.send(acc, OpenAccount("max"), expected_version=0)
+        assert client.flush() == 0
+
+        def job(*args: str) -> str:
+            done = subprocess.run([sys.executable, "-m", "cqrs.cli.main", "run", *args, APP_REF,
+                                   "--available-now"], env=stack.env, capture_output=True,
+                                  text=True, timeout=600)
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            return done.stdout
+
+        # only the command sent since: everything before was committed by the runner's queries
+        assert _batch_totals(job("processor"), "commands") == 1
+        assert future.result(WAIT).status == "accepted"
+        assert _batch_totals(job("projector"), "events") == 1
