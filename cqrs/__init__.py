@@ -18,6 +18,7 @@ from cqrs.domain import (
     type_version,
 )
 from cqrs.errors import ConfigError, CqrsError, Rejected
+from cqrs.retries import Backoff, RetryPolicy
 
 if TYPE_CHECKING:
     from cqrs.app import App
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Aggregate",
     "App",
+    "Backoff",
     "Codec",
     "Command",
     "CommandContext",
@@ -35,6 +37,7 @@ __all__ = [
     "DomainModel",
     "Event",
     "Rejected",
+    "RetryPolicy",
     "Upcaster",
     "__version__",
     "applies",

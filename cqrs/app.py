@@ -20,6 +20,7 @@ from cqrs.domain.model import DomainModel
 from cqrs.envelope import CommandRecord
 from cqrs.errors import InvalidAppNameError
 from cqrs.results import FRAMEWORK_CLASSES
+from cqrs.retries import RetryPolicy
 
 __all__ = ["App"]
 
@@ -43,6 +44,7 @@ class App:
         upcasters: Iterable[Upcaster] = (),
         events: Iterable[type] = (),
         commands: Iterable[type] = (),
+        retries: RetryPolicy | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise InvalidAppNameError(
@@ -53,6 +55,8 @@ class App:
         self.model = DomainModel(aggregates, handlers, events=events, commands=commands)
         self.projections: tuple[Any, ...] = tuple(projections)
         self.upcasters: tuple[Upcaster, ...] = tuple(upcasters)
+        # which handler failures are transient (retried by the retry job), and their backoff
+        self.retries: RetryPolicy = retries if retries is not None else RetryPolicy()
         self.codec = self.codec_for(InMemorySchemaStore())
 
     def codec_for(self, store: SchemaStore) -> Codec:

@@ -108,12 +108,15 @@ class RejectedOutcome:
 
 @attrs.frozen(slots=True)
 class Failed:
-    """The handler or an applier crashed (or returned a non-event); the state is untouched."""
+    """The handler or an applier crashed (or returned a non-event); the state is untouched.
+    ``error_types`` names the exception's class and its bases (most specific first), so a
+    declared transient error matches its subclasses too."""
 
     command_id: str
     error_type: str
     message: str
     current_version: int
+    error_types: tuple[str, ...] = attrs.field(default=(), eq=False)  # not part of the outcome
 
 
 Outcome: TypeAlias = Accepted | RejectedOutcome | Failed
@@ -143,6 +146,11 @@ def event_id_for(aggregate_type: str, aggregate_id: str, version: int) -> str:
     name = f"{aggregate_type}/{aggregate_id}/{version}".encode()  # as uuid5: UTF-8, strict
     h = hashlib.sha1(_NAMESPACE_BYTES + name, usedforsecurity=False).hexdigest()
     return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT_DIGIT[h[16]]}{h[17:20]}-{h[20:32]}"
+
+
+def _failed(command_id: str, exc: BaseException, version: int) -> Failed:
+    return Failed(command_id, type(exc).__qualname__, str(exc), version,
+                  tuple(c.__qualname__ for c in type(exc).__mro__[:-1]))
 
 
 def _events_of(result: object, route_name: str) -> tuple[Any, ...]:
@@ -229,7 +237,7 @@ def decide(
             outcomes.append(RejectedOutcome(cid, rej.reason, rej.code, version))
             continue
         except Exception as exc:  # noqa: BLE001 - a crashing handler is an outcome
-            outcomes.append(Failed(cid, type(exc).__qualname__, str(exc), version))
+            outcomes.append(_failed(cid, exc, version))
             continue
         if not events:
             outcomes.append(Accepted(cid, version, ()))
@@ -269,7 +277,7 @@ def decide(
                     )
                 )
         except Exception as exc:  # noqa: BLE001 - a crashing applier is an outcome
-            outcomes.append(Failed(cid, type(exc).__qualname__, str(exc), version))
+            outcomes.append(_failed(cid, exc, version))
             working = _rebuild(cls, state, copier, applied)
             continue
         applied.extend(events)

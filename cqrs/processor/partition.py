@@ -280,11 +280,10 @@ def _process(worker: Worker, topic: str, partition: int,
             agg_id = None
         env = payload = None
         if agg_id is not None and value is not None:
-            if not headers:  # a command record: the envelope is in the value
-                found = read_command(agg_id, value)
-                if found is not None:
-                    env, payload = found
-            else:  # the older form, with the envelope in headers
+            found = read_command(agg_id, value)  # a command record: the envelope in the value
+            if found is not None:
+                env, payload = found
+            elif headers:  # the older form, with the envelope in headers
                 env = read_envelope(agg_id, headers)
                 payload = None if env is None else value
         rec = InputRecord(key, value, headers or [], partition, offset, topic, env, payload)

@@ -9,7 +9,9 @@ to :meth:`AggregateStep.run`; everything else happens here, so it is tested with
 3. drop command ids seen before (in state or earlier in the batch): their first result is
    written again, nothing runs twice;
 4. run the shared decision function once for the remaining commands;
-5. write events, one result per command, and dead letters for handler crashes;
+5. write events, one result per command, and dead letters for handler crashes; a crash the
+   app declares transient (:mod:`cqrs.retries`) gets no result and is not remembered until its
+   attempts are used up, so the retry job can run the same command id again;
 6. return the new :class:`~cqrs.results.AggregateRecord` (version, snapshot, recent ids).
 
 Everything written is a pure function of (state, records): a re-run micro-batch rewrites
@@ -32,6 +34,7 @@ from cqrs.errors import CqrsError
 from cqrs.results import (
     ACCEPTED, FAILED, REJECTED, AggregateRecord, CommandResult, SeenCommand, kept_indices,
 )
+from cqrs.retries import ATTEMPT_HEADER
 from cqrs.topics import AppTopics
 
 __all__ = ["UNDECODED", "AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord", "StepResult"]
@@ -225,15 +228,18 @@ class AggregateStep:
                 ) for p in pending
             ])
             for p, outcome in zip(pending, decision.outcomes, strict=True):
-                result = self._result(p, aggregate_type, aggregate_id, outcome)
                 if type(outcome) is Accepted:
                     for new_event in outcome.events:
                         key, value, headers = event_to_kafka(
                             new_event, self.codec.encode(new_event.event))
                         out.append(OutputRecord(self.topics.events, key, value, headers))
                 elif type(outcome) is Failed:
+                    retry = self._retry(p, outcome)
                     out.append(self._dead_letter(p.record, "handler", outcome.error_type,
-                                                 outcome.message))
+                                                 outcome.message, retry))
+                    if retry is not None and not retry[1]:
+                        continue  # transient: no answer yet, the id is not remembered
+                result = self._result(p, aggregate_type, aggregate_id, outcome)
                 result_bytes = self.codec.encode(result)
                 out.append(self._result_record(result, result_bytes, p.envelope))
                 new_seen.append(SeenCommand(result.command_id, _ms(result.timestamp), result_bytes))
@@ -312,7 +318,24 @@ class AggregateStep:
             out.append(self._result_record(result, self.codec.encode(result), env))
         return out
 
-    def _dead_letter(self, rec: InputRecord, stage: str, error_type: str, message: str) -> OutputRecord:
+    def _retry(self, p: _Pending, outcome: Failed) -> tuple[int, bool] | None:
+        """``(attempt, final)`` when the failure is transient by the app's retry policy (final:
+        the attempts are used up, so this failure is the command's answer), else ``None``."""
+        policy = self.app.retries
+        if not policy.is_transient(outcome.error_types or (outcome.error_type,)):
+            return None
+        attempt = 1
+        for k, v in p.record.headers:
+            if k == ATTEMPT_HEADER and v:
+                try:
+                    attempt = max(1, int(v))
+                except ValueError:
+                    attempt = 1
+        backoff = policy.backoff(p.envelope.message_type, outcome.error_type)
+        return attempt, attempt >= backoff.max_attempts
+
+    def _dead_letter(self, rec: InputRecord, stage: str, error_type: str, message: str,
+                     retry: tuple[int, bool] | None = None) -> OutputRecord:
         headers: Headers = [(k, v if v is not None else b"") for k, v in rec.headers]
         headers += [
             (f"{DLQ_PREFIX}stage", stage.encode()),
@@ -322,4 +345,8 @@ class AggregateStep:
             (f"{DLQ_PREFIX}partition", str(rec.partition).encode()),
             (f"{DLQ_PREFIX}offset", str(rec.offset).encode()),
         ]
+        if retry is not None:  # a transient failure: the retry job's to deliver again or park
+            headers += [(f"{DLQ_PREFIX}transient", b"1"),
+                        (f"{DLQ_PREFIX}attempt", str(retry[0]).encode()),
+                        (f"{DLQ_PREFIX}final", b"1" if retry[1] else b"0")]
         return OutputRecord(self.topics.dead_letters, rec.key, rec.value, headers)

@@ -207,3 +207,42 @@ def test_commands_in_the_older_header_form_are_processed_alike() -> None:
     outs = [_step().run("example.bank.Account", "acc-1", None, [_record(OpenAccount("ann"), 1), rec])[1]
             for rec in (new, legacy)]
     assert outs[0] == outs[1]  # byte-identical events and results
+
+
+def test_a_transient_failure_is_not_answered_until_its_attempts_are_used_up() -> None:
+    from cqrs.app import App
+    from cqrs.retries import ATTEMPT_HEADER, Backoff, RetryPolicy
+    from cqrs.testing.example import AccountHandler
+
+    app = App("step-retry", aggregates=[Account], handlers=[AccountHandler],
+              retries=RetryPolicy(transient=[LookupError, RuntimeError], default=Backoff(max_attempts=3)))
+    step = AggregateStep(app, app.codec, TOPICS)
+    opened, _ = step.run("example.bank.Account", "acc-1", None, [_record(OpenAccount("ann"), 1)])
+
+    def attempt(n: int | None, offset: int) -> tuple[AggregateRecord | None, list[OutputRecord]]:
+        rec = _record(Explode("flaky"), offset, command_id="x1")
+        extra = [] if n is None else [(ATTEMPT_HEADER, str(n).encode())]
+        rec = InputRecord(rec.key, rec.value, [*rec.headers, *extra], 0, offset, TOPICS.commands)
+        return step.run("example.bank.Account", "acc-1", opened, [rec])
+
+    for n, offset in ((None, 2), (2, 3)):
+        state, out = attempt(n, offset)
+        assert state is None  # nothing remembered: the same id runs again
+        (dead,) = out  # a dead letter and no result: the sender keeps waiting
+        headers = dict(dead.headers)
+        assert dead.topic == TOPICS.dead_letters
+        assert (headers["cqrs.dlq.transient"], headers["cqrs.dlq.attempt"], headers["cqrs.dlq.final"]) == (
+            b"1", str(n or 1).encode(), b"0")
+    state, out = attempt(3, 4)  # the last attempt: its failure is the answer, and remembered
+    assert [r.topic for r in out] == [TOPICS.dead_letters, TOPICS.results]
+    assert dict(out[0].headers)["cqrs.dlq.final"] == b"1"
+    assert _results(out)[0].status == "failed" and state is not None
+    assert state.seen_command_ids() == ["c1", "x1"]
+
+
+def test_a_failure_the_app_does_not_declare_transient_is_answered_at_once() -> None:
+    state, out = _step().run("example.bank.Account", "acc-1", None,
+                             [_record(OpenAccount("ann"), 1), _record(Explode("bug"), 2)])
+    dead = [r for r in out if r.topic == TOPICS.dead_letters]
+    assert "cqrs.dlq.transient" not in dict(dead[0].headers)
+    assert [r.status for r in _results(out)] == ["accepted", "failed"]
