@@ -244,17 +244,32 @@ _CONTENT_TYPE_HEADER: Final = ("content-type", CONTENT_TYPE.encode())
 _EVENT_KIND_HEADER: Final = (HEADER_PREFIX + "kind", b"event")
 
 
+# header tuples of the few distinct type names a processor writes, built once each
+_MESSAGE_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {}
+_AGGREGATE_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {}
+_UTC: Final = _dt.timezone.utc
+
+
 def event_to_kafka(e: NewEvent, payload: bytes) -> tuple[bytes, bytes, Headers]:
     """``to_kafka(Envelope.for_event(e), payload)``, the same bytes and headers in the same
     order, without building the envelope: the processor writes one of these per event."""
     command_id = e.causation_id.encode()
+    type_header = _MESSAGE_TYPE_HEADERS.get(e.type_name)
+    if type_header is None:
+        type_header = _MESSAGE_TYPE_HEADERS[e.type_name] = ("cqrs.message_type", e.type_name.encode())
+    aggregate_header = _AGGREGATE_TYPE_HEADERS.get(e.aggregate_type)
+    if aggregate_header is None:
+        aggregate_header = _AGGREGATE_TYPE_HEADERS[e.aggregate_type] = (
+            "cqrs.aggregate_type", e.aggregate_type.encode())
+    ts = e.timestamp
     return e.aggregate_id.encode(), bytes(payload), [
         _CONTENT_TYPE_HEADER,
         ("cqrs.message_id", e.event_id.encode()),
-        ("cqrs.message_type", e.type_name.encode()),
+        type_header,
         _EVENT_KIND_HEADER,
-        ("cqrs.aggregate_type", e.aggregate_type.encode()),
-        ("cqrs.timestamp", _timestamp_text(e.timestamp).encode()),
+        aggregate_header,
+        ("cqrs.timestamp", (ts.isoformat(timespec="microseconds") if ts.tzinfo is _UTC
+                            else _timestamp_text(ts)).encode()),
         ("cqrs.version", str(e.version).encode()),
         ("cqrs.command_id", command_id),
         ("cqrs.correlation_id", e.correlation_id.encode()),

@@ -148,15 +148,37 @@ def event_id_for(aggregate_type: str, aggregate_id: str, version: int) -> str:
     return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT_DIGIT[h[16]]}{h[17:20]}-{h[20:32]}"
 
 
+# per (aggregate class, event class): terminal?, its applier, its type name (classes do not
+# change once the model is built; a missing applier raises and is not kept)
+_EVENT_PLANS: dict[tuple[type, type], tuple[bool, Any, str]] = {}
+
+
+def _event_plan(cls: Any, ev_cls: type) -> tuple[bool, Any, str]:
+    if cls._cqrs_is_terminal(ev_cls):
+        plan = (True, cls._cqrs_applier_or_none(ev_cls), type_name(ev_cls))
+    else:
+        plan = (False, cls._cqrs_applier(ev_cls), type_name(ev_cls))
+    _EVENT_PLANS[(cls, ev_cls)] = plan
+    return plan
+
+
 def _failed(command_id: str, exc: BaseException, version: int) -> Failed:
     return Failed(command_id, type(exc).__qualname__, str(exc), version,
                   tuple(c.__qualname__ for c in type(exc).__mro__[:-1]))
 
 
+# event classes seen so far (a class is an event class for good): a set lookup per event
+# instead of is_event's class-dict read
+_EVENT_CLASSES: set[type] = set()
+
+
 def _events_of(result: object, route_name: str) -> tuple[Any, ...]:
     if result is None:
         return ()
+    if type(result) is list and all(type(ev) in _EVENT_CLASSES for ev in result):
+        return tuple(result)  # the common case: a list of events of known classes
     if is_event(result):
+        _EVENT_CLASSES.add(type(result))
         return (result,)
     if isinstance(result, (str, bytes)) or not isinstance(result, Iterable):
         raise NotAMessageError(
@@ -165,7 +187,9 @@ def _events_of(result: object, route_name: str) -> tuple[Any, ...]:
         )
     events = tuple(result)
     for ev in events:
-        if not is_event(ev):
+        if is_event(ev):
+            _EVENT_CLASSES.add(type(ev))
+        else:
             raise NotAMessageError(
                 f"handler {route_name} returned {ev!r} ({type(ev).__qualname__}) among its "
                 "events: return only @event instances"
@@ -253,11 +277,10 @@ def decide(
                         f"handler {route.qualname} returned {ev!r} after the terminal event: "
                         "the terminal event must be the last one"
                     )
-                if cls._cqrs_is_terminal(ev_cls):
+                plan = _EVENT_PLANS.get((cls, ev_cls)) or _event_plan(cls, ev_cls)
+                is_last, fn, ev_type = plan
+                if is_last:
                     terminal = True
-                    fn = cls._cqrs_applier_or_none(ev_cls)
-                else:
-                    fn = cls._cqrs_applier(ev_cls)
                 if fn is not None:
                     returned = fn(current, ev)
                     if returned is not None and isinstance(returned, cls):
@@ -269,7 +292,7 @@ def decide(
                         aggregate_id,
                         agg_type,
                         v,
-                        type_name(ev_cls),
+                        ev_type,
                         ev,
                         ci.timestamp,
                         cid,

@@ -216,6 +216,8 @@ class AggregateStep:
         deleted = current.deleted
         agg_state = decoded
         if pending:
+            aggregate_headers = (("cqrs.aggregate_type", aggregate_type.encode()),
+                                 ("cqrs.aggregate_id", aggregate_id.encode()))
             if agg_state is UNDECODED:
                 agg_state = None if snapshot is None else self.codec.decode(snapshot)
             decision = decide(entry, aggregate_id, agg_state, version, [
@@ -241,7 +243,7 @@ class AggregateStep:
                         continue  # transient: no answer yet, the id is not remembered
                 result = self._result(p, aggregate_type, aggregate_id, outcome)
                 result_bytes = self.codec.encode(result)
-                out.append(self._result_record(result, result_bytes, p.envelope))
+                out.append(self._result_record(result, result_bytes, p.envelope, aggregate_headers))
                 new_seen.append(SeenCommand(result.command_id, _ms(result.timestamp), result_bytes))
             if decision.version != version:
                 version = decision.version
@@ -292,13 +294,20 @@ class AggregateStep:
         return wanted
 
     def _result_record(self, result: CommandResult, value: bytes,
-                       envelope: Envelope | None = None) -> OutputRecord:
+                       envelope: Envelope | None = None,
+                       aggregate: tuple[tuple[str, bytes], tuple[str, bytes]] | None = None,
+                       ) -> OutputRecord:
+        """The result's record; ``aggregate``: its aggregate type and id headers, when the
+        caller built them once for all of an aggregate's results."""
         command_id = result.command_id.encode()
+        type_header, id_header = aggregate or (
+            ("cqrs.aggregate_type", result.aggregate_type.encode()),
+            ("cqrs.aggregate_id", result.aggregate_id.encode()))
         headers = [
             _CONTENT_TYPE_HEADER,
             ("cqrs.command_id", command_id),
-            ("cqrs.aggregate_type", result.aggregate_type.encode()),
-            ("cqrs.aggregate_id", result.aggregate_id.encode()),
+            type_header,
+            id_header,
             _STATUS_HEADERS.get(result.status) or ("cqrs.status", result.status.encode()),
         ]
         return OutputRecord(self.topics.results, command_id, value, headers,
