@@ -168,8 +168,15 @@ def test_metrics_count_what_was_sent(stack: Stack) -> None:
         _get(stack.serve_url + "/metrics").decode())}
     waiting = {s.labels["stage"]: s.value for s in families["cqrs_dead_letters_waiting"].samples}
     assert waiting["processor"] >= 1
-    up = {s.labels["query"]: s.value for s in families["cqrs_query_up"].samples}
-    assert up == {"processor": 1.0, "projector:balances": 1.0}
+
+    def up() -> dict[str, float] | None:  # a query restarting after a failure is down a while
+        found = {s.labels["query"]: s.value for f in text_string_to_metric_families(
+            _get(stack.serve_url + "/metrics").decode()) if f.name == "cqrs_query_up"
+            for s in f.samples}
+        return found if set(found.values()) == {1.0} else None
+
+    assert _until("both queries up", up, WAIT, stack.logs) == {
+        "processor": 1.0, "projector:balances": 1.0}
     assert families["cqrs_batch_duration_seconds"].samples  # a histogram per query
     lag = [s for s in families["cqrs_query_lag_records"].samples
            if s.labels["query"] == "processor"]
