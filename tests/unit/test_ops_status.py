@@ -3,6 +3,8 @@ pure code, driven with progress events shaped like Spark's."""
 
 from __future__ import annotations
 
+import time
+import urllib.error
 from typing import Any
 
 import pytest
@@ -126,3 +128,53 @@ def test_top_screen() -> None:
     assert "\x1b[" not in screen
     assert "[#####               ] 25%" in screen  # the rebuild's progress
     assert sparkline([0, 1, 2, 4]) == "▁▃▅█" and sparkline([0, 0]) == "▁▁"
+
+
+def test_runner_server_serves_page_json_and_metrics() -> None:
+    import json
+    import urllib.request
+
+    from cqrs.ops.server import StatusServer
+
+    board = _board()
+    server = StatusServer(board.snapshot, "127.0.0.1", 0).start()
+    try:
+        def get(path: str) -> tuple[str, bytes]:
+            with urllib.request.urlopen(server.url + path, timeout=10) as r:
+                return r.headers["Content-Type"], r.read()
+
+        kind, body = get("/status.json")
+        assert kind == "application/json" and json.loads(body)["counters"]["commands_in"] == 15
+        kind, body = get("/metrics")
+        assert kind.startswith("text/plain; version=0.0.4")
+        names = {f.name for f in text_string_to_metric_families(body.decode())}
+        assert {"cqrs_commands_in", "cqrs_query_up", "cqrs_batch_duration_seconds"} <= names
+        assert get("/")[1] == status_page()
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            get("/nothing")
+        assert missing.value.code == 404
+    finally:
+        server.close()
+
+
+def test_memory_of_this_process_and_its_children() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from cqrs.ops.memory import children, rss_bytes, tree_rss_bytes
+
+    assert rss_bytes(os.getpid()) > 1 << 20  # a Python process holds more than 1 MiB
+    assert rss_bytes(2**22 + 7) == 0  # no such process
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 10
+        while child.pid not in children(os.getpid()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child.pid in children(os.getpid())
+        # the child is still starting, so its figure moves between reads: compare with slack
+        assert rss_bytes(child.pid) > 0
+        assert tree_rss_bytes() > rss_bytes(os.getpid()) + (1 << 20)
+    finally:
+        child.kill()
+        child.wait()
