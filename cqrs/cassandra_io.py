@@ -9,6 +9,7 @@ request of 32 rows about 1 ms, which is why reads and writes travel in groups.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,8 +17,8 @@ from typing import Any
 from cqrs.config import CassandraSettings
 from cqrs.errors import CqrsError
 
-__all__ = ["MAX_BATCH_BYTES", "CassandraSession", "CassandraUnavailableError", "consistency_level",
-           "quote"]
+__all__ = ["MAX_BATCH_BYTES", "CassandraSession", "CassandraUnavailableError", "InvalidIdentifierError",
+           "consistency_level", "identifier", "quote", "replication_map"]
 
 # Cassandra warns about a batch over 5 KiB and refuses one over 50 KiB by default (the dev
 # stack allows 64 / 640): larger rows are written in smaller batches, a very large one alone
@@ -28,9 +29,42 @@ class CassandraUnavailableError(CqrsError, RuntimeError):
     """Cassandra cannot be reached, or a statement failed."""
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
+_REPLICATION = re.compile(
+    r"\{\s*'\w+'\s*:\s*(?:'[\w.]+'|\d+)(?:\s*,\s*'\w+'\s*:\s*(?:'[\w.]+'|\d+))*\s*\}")
+
+
+class InvalidIdentifierError(CqrsError, ValueError):
+    """A name that would end up in CQL is not a plain identifier (or a replication map is not
+    a plain map literal)."""
+
+
+def identifier(name: str, what: str = "CQL identifier") -> str:
+    """``name`` if it is a plain CQL identifier (a letter, then letters, digits and ``_``, at
+    most 48 characters), else :class:`InvalidIdentifierError` naming it: names are never
+    escaped into CQL, values never put in it (they are bound)."""
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
+        raise InvalidIdentifierError(
+            f"{what} {name!r} is not a plain CQL identifier: use a letter, then letters, digits "
+            "and '_', at most 48 characters"
+        )
+    return name
+
+
+def replication_map(text: str) -> str:
+    """``cassandra.replication`` if it is a plain map literal such as ``{'class':
+    'SimpleStrategy', 'replication_factor': 1}`` (it is written into CREATE KEYSPACE)."""
+    if not _REPLICATION.fullmatch(text.strip()):
+        raise InvalidIdentifierError(
+            f"cassandra.replication {text!r} is not a plain map literal such as "
+            "{'class': 'NetworkTopologyStrategy', 'dc1': 3}"
+        )
+    return text.strip()
+
+
 def quote(name: str) -> str:
-    """A CQL identifier, double-quoted (names are validated by their owners)."""
-    return f'"{name}"'
+    """A CQL identifier, checked (:func:`identifier`) and double-quoted."""
+    return f'"{identifier(name)}"'
 
 
 def consistency_level(name: str, setting: str) -> int:
@@ -61,9 +95,12 @@ class CassandraSession:
         from cassandra.query import tuple_factory
 
         self.error = error
+        # checked before anything connects: a bad name is a bug to fix, not an outage
+        keyspace = identifier(keyspace or cassandra.keyspace, "keyspace (cassandra.keyspace)")
+        replication = replication_map(cassandra.replication)
         if rows_per_request < 1:
             raise error(f"rows_per_request = {rows_per_request}: use 1 (a request per row) or more")
-        self.keyspace = keyspace or cassandra.keyspace
+        self.keyspace = keyspace
         self.concurrency = concurrency
         self.rows_per_request = rows_per_request
         try:
@@ -94,7 +131,7 @@ class CassandraSession:
         try:
             self.session = self.cluster.connect()
             self.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {quote(self.keyspace)} WITH "
-                                 f"replication = {cassandra.replication}")
+                                 f"replication = {replication}")
             self._use_keyspace()
         except Exception as exc:
             self.cluster.shutdown()

@@ -39,11 +39,17 @@ _ENV = "env"
 _DOC = "doc"
 
 
-def setting(default: Any, env: str | None, doc: str) -> Any:
-    """Declare one setting: its default, the environment variable that overrides it, its doc."""
+def setting(default: Any, env: str | None, doc: str, *, secret: bool = False) -> Any:
+    """Declare one setting: its default, the environment variable that overrides it, its doc;
+    a ``secret`` one (a password) shows as ``'***'`` in every repr, so never in a log."""
     if isinstance(default, dict):
         return attrs.field(factory=lambda: dict(default), metadata={_ENV: env, _DOC: doc})
-    return attrs.field(default=default, metadata={_ENV: env, _DOC: doc})
+    return attrs.field(default=default, metadata={_ENV: env, _DOC: doc},
+                       repr=_masked if secret else True)
+
+
+def _masked(value: Any) -> str:
+    return "'***'" if value else "''"
 
 
 @attrs.frozen
@@ -56,7 +62,7 @@ class KafkaSettings:
     )
     sasl_mechanism: str = setting("", "CQRS_KAFKA_SASL_MECHANISM", "e.g. PLAIN, SCRAM-SHA-512.")
     sasl_username: str = setting("", "CQRS_KAFKA_SASL_USERNAME", "SASL user name.")
-    sasl_password: str = setting("", "CQRS_KAFKA_SASL_PASSWORD", "SASL password.")
+    sasl_password: str = setting("", "CQRS_KAFKA_SASL_PASSWORD", "SASL password.", secret=True)
     ssl_ca_location: str = setting("", "CQRS_KAFKA_SSL_CA", "CA certificate file (PEM) for TLS.")
     topic_prefix: str = setting(
         "", "CQRS_KAFKA_TOPIC_PREFIX",
@@ -126,7 +132,8 @@ class CassandraSettings:
         "Replication map used when the framework creates the keyspace.",
     )
     username: str = setting("", "CQRS_CASSANDRA_USERNAME", "Authentication user name.")
-    password: str = setting("", "CQRS_CASSANDRA_PASSWORD", "Authentication password.")
+    password: str = setting("", "CQRS_CASSANDRA_PASSWORD", "Authentication password.",
+                            secret=True)
     ssl_ca_location: str = setting("", "CQRS_CASSANDRA_SSL_CA", "CA certificate (PEM) for TLS.")
     local_dc: str = setting("datacenter1", "CQRS_CASSANDRA_LOCAL_DC", "Local data center name.")
 

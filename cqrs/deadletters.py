@@ -58,6 +58,10 @@ class DeadLetter:
     key: bytes | None  # the original record, untouched
     value: bytes | None
     headers: list[tuple[str, bytes]]  # the original headers (without cqrs.dlq.*)
+    transient: bool = False  # a failure the app declares transient (cqrs.retries): retried
+    attempt: int = 1  # which run of the command failed (1 = the first)
+    final: bool = False  # transient, and the attempts are used up: the retry job parks it
+    timestamp_ms: int = 0  # when the processor wrote it (the Kafka record's timestamp)
 
     @property
     def position(self) -> str:
@@ -118,6 +122,8 @@ def parse_dead_letter(rec: KafkaRecord) -> DeadLetter:
         source_topic=dlq.get("topic", ""), source_partition=_int(dlq.get("partition")),
         source_offset=_int(dlq.get("offset")),
         key=rec.key, value=rec.value, headers=original,
+        transient=dlq.get("transient") == "1", attempt=max(1, _int(dlq.get("attempt"))),
+        final=dlq.get("final") == "1", timestamp_ms=rec.timestamp_ms,
     )
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import attrs
 
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 
-__all__ = ["SCHEMAS_TOPIC", "AppTopics", "ensure_topics", "topic_settings", "topics_for"]
+__all__ = ["SCHEMAS_TOPIC", "AppTopics", "InvalidTopicNameError", "ensure_topics", "topic_settings",
+           "topics_for"]
 
 SCHEMAS_TOPIC = "_cqrs_schemas"
 
@@ -30,17 +33,39 @@ class AppTopics:
         return self.commands.removesuffix(".commands")
 
 
+_LEGAL = re.compile(r"[A-Za-z0-9._-]*")
+_MAX_TOPIC = 249  # Kafka's limit on a topic name's length
+
+
+class InvalidTopicNameError(CqrsError, ValueError):
+    """A topic prefix or app name that cannot be part of a Kafka topic name."""
+
+
 def topics_for(app_name: str, prefix: str = "") -> AppTopics:
     """The topics of an app; ``prefix`` (setting ``kafka.topic_prefix``) separates environments
-    or test runs that share a cluster."""
+    or test runs that share a cluster. Both may hold only what Kafka allows in a topic name
+    (letters, digits, '.', '_', '-'), else :class:`InvalidTopicNameError` naming the value."""
+    for what, value in (("kafka.topic_prefix", prefix), ("app name", app_name)):
+        if not isinstance(value, str) or not _LEGAL.fullmatch(value):
+            raise InvalidTopicNameError(
+                f"{what} {value!r} cannot be part of a Kafka topic name: use letters, digits, "
+                "'.', '_' and '-' only"
+            )
     base = f"{prefix}{app_name}"
-    return AppTopics(
+    topics = AppTopics(
         commands=f"{base}.commands",
         events=f"{base}.events",
         results=f"{base}.command-results",
         dead_letters=f"{base}.dead-letters",
         schemas=f"{prefix}{SCHEMAS_TOPIC}",
     )
+    longest = max((n for n in attrs.astuple(topics) if n), key=len)
+    if len(longest) > _MAX_TOPIC:
+        raise InvalidTopicNameError(
+            f"topic name {longest!r} is longer than Kafka's {_MAX_TOPIC} characters: shorten "
+            "kafka.topic_prefix or the app name"
+        )
+    return topics
 
 
 def topic_settings(cfg: CqrsConfig, topics: AppTopics) -> dict[str, dict[str, str]]:

@@ -1,0 +1,265 @@
+"""The retry job's Cassandra tables (names computed here and nowhere else).
+
+- ``cqrs_retry_due``: one row per retry to deliver, ``PRIMARY KEY ((app, bucket), due_ms,
+  command_id, attempt)``: "what is due now" is a slice of one or two partitions sorted by due
+  time, never a scan of everything waiting. A row is deleted once delivered; reads start at a
+  cursor past the delivered rows, so their tombstones are not read again.
+- ``cqrs_retry_attempts``: a letter's history, ``PRIMARY KEY ((app, command_id), attempt)``:
+  one row per failed attempt (when, stage, error, the record) and the fate of its retry
+  (``state``: waiting, delivering, delivered, parked, retried; ``outcome``). Its ``state`` is
+  changed with lightweight transactions only: that is what makes a delivery happen once.
+- ``cqrs_retry_letters``: one row per letter for operators, ``PRIMARY KEY ((app), command_id)``:
+  its state (waiting / parked / done), attempts, last error. Written with write timestamps
+  taken from the letters' own times, so a replayed old letter never overwrites a newer state.
+- ``cqrs_retry_cursor``: per app, the due time below which no entry is left.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from cqrs.cassandra_io import CassandraSession
+from cqrs.config import CqrsConfig
+from cqrs.errors import CqrsError
+from cqrs.retrier.plan import bucket_of
+
+__all__ = ["AttemptRow", "DueEntry", "LetterRow", "RetryStore", "RetryStoreError", "TABLES"]
+
+DUE, ATTEMPTS, LETTERS, CURSOR = ("cqrs_retry_due", "cqrs_retry_attempts", "cqrs_retry_letters",
+                                  "cqrs_retry_cursor")
+TABLES = (DUE, ATTEMPTS, LETTERS, CURSOR)
+
+_SCHEMA = [
+    f"""CREATE TABLE IF NOT EXISTS {DUE} (app text, bucket bigint, due_ms bigint,
+        command_id text, attempt int, PRIMARY KEY ((app, bucket), due_ms, command_id, attempt))
+        WITH gc_grace_seconds = 3600""",
+    f"""CREATE TABLE IF NOT EXISTS {ATTEMPTS} (app text, command_id text, attempt int,
+        letter text, failed_ms bigint, stage text, error_type text, error text,
+        command_type text, aggregate_id text, final boolean, state text, due_ms bigint,
+        delivering_ms bigint, delivered_ms bigint, outcome text, note text, key blob,
+        value blob, headers list<frozen<tuple<text, blob>>>, offsets text,
+        PRIMARY KEY ((app, command_id), attempt))""",
+    f"""CREATE TABLE IF NOT EXISTS {LETTERS} (app text, command_id text, state text,
+        attempts int, command_type text, error_type text, error text, aggregate_id text,
+        first_ms bigint, last_ms bigint, due_ms bigint, PRIMARY KEY ((app), command_id))""",
+    f"CREATE TABLE IF NOT EXISTS {CURSOR} (app text PRIMARY KEY, cursor_ms bigint)",
+]
+
+_ATTEMPT_COLUMNS = ("command_id", "attempt", "letter", "failed_ms", "stage", "error_type", "error",
+                    "command_type", "aggregate_id", "final", "state", "due_ms", "delivering_ms",
+                    "delivered_ms", "outcome", "note", "key", "value", "headers", "offsets")
+_LETTER_COLUMNS = ("command_id", "state", "attempts", "command_type", "error_type", "error",
+                   "aggregate_id", "first_ms", "last_ms", "due_ms")
+
+
+class RetryStoreError(CqrsError, RuntimeError):
+    """The retry tables cannot be read or written."""
+
+
+@attrs.frozen
+class DueEntry:
+    """A row of the due table: deliver attempt ``attempt + 1`` of ``command_id`` at ``due_ms``
+    (``attempt`` is the failed one, as in the history)."""
+
+    bucket: int
+    due_ms: int
+    command_id: str
+    attempt: int
+
+
+@attrs.frozen
+class AttemptRow:
+    """One failed attempt of a letter and what became of its retry."""
+
+    command_id: str
+    attempt: int
+    letter: str | None  # partition:offset in the dead-letters topic
+    failed_ms: int | None
+    stage: str | None
+    error_type: str | None
+    error: str | None
+    command_type: str | None
+    aggregate_id: str | None
+    final: bool | None
+    state: str | None  # waiting | delivering | delivered | parked | retried
+    due_ms: int | None
+    delivering_ms: int | None
+    delivered_ms: int | None
+    outcome: str | None  # of the retry: failed again | accepted | rejected | failed
+    note: str | None
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] | None
+    offsets: str | None  # JSON: the commands and results topics' ends before the delivery
+
+
+@attrs.frozen
+class LetterRow:
+    """A letter as operators see it."""
+
+    command_id: str
+    state: str
+    attempts: int | None
+    command_type: str | None
+    error_type: str | None
+    error: str | None
+    aggregate_id: str | None
+    first_ms: int | None
+    last_ms: int | None
+    due_ms: int | None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class RetryStore:
+    """The retry tables of one app (``app``: the app's topic base, prefix included)."""
+
+    def __init__(self, cfg: CqrsConfig, app: str) -> None:
+        self.app = app
+        self.bucket_s = cfg.retrier.bucket_s
+        self.db = CassandraSession(cfg.cassandra, rows_per_request=1,
+                                   error=lambda m: RetryStoreError(m))
+        for cql in _SCHEMA:
+            self.db.execute(cql)
+        self.cluster_wait()
+        self._cursor_cache: int | None = None
+
+    def cluster_wait(self) -> None:
+        self.db.cluster.control_connection.wait_for_schema_agreement(wait_time=30)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---- due entries ---------------------------------------------------------------------
+
+    def add_due(self, entries: Sequence[DueEntry]) -> None:
+        stmt = self.db.prepare(f"INSERT INTO {DUE} (app, bucket, due_ms, command_id, attempt) "
+                               "VALUES (?, ?, ?, ?, ?)", write=True)
+        self.db.concurrent(stmt, [(self.app, e.bucket, e.due_ms, e.command_id, e.attempt)
+                                  for e in entries])
+
+    def due(self, bucket: int, from_ms: int, to_ms: int, limit: int) -> list[DueEntry]:
+        """Entries of one bucket due in ``[from_ms, to_ms]``, by due time: a slice of one
+        partition."""
+        stmt = self.db.prepare(f"SELECT due_ms, command_id, attempt FROM {DUE} WHERE app = ? AND "
+                               "bucket = ? AND due_ms >= ? AND due_ms <= ? LIMIT ?")
+        rows = self.db.execute(stmt, (self.app, bucket, from_ms, to_ms, limit))
+        return [DueEntry(bucket, d, c, a) for d, c, a in rows]
+
+    def delete_due(self, entries: Sequence[DueEntry]) -> None:
+        stmt = self.db.prepare(f"DELETE FROM {DUE} WHERE app = ? AND bucket = ? AND due_ms = ? AND "
+                               "command_id = ? AND attempt = ?", write=True)
+        self.db.concurrent(stmt, [(self.app, e.bucket, e.due_ms, e.command_id, e.attempt)
+                                  for e in entries])
+
+    def cursor(self) -> int | None:
+        rows = list(self.db.execute(self.db.prepare(
+            f"SELECT cursor_ms FROM {CURSOR} WHERE app = ?"), (self.app,)))
+        return rows[0][0] if rows else None
+
+    def save_cursor(self, cursor_ms: int) -> None:
+        if cursor_ms == self._cursor_cache:
+            return
+        self.db.execute(self.db.prepare(f"INSERT INTO {CURSOR} (app, cursor_ms) VALUES (?, ?)",
+                                        write=True), (self.app, cursor_ms))
+        self._cursor_cache = cursor_ms
+
+    # ---- history -------------------------------------------------------------------------
+
+    def insert_attempts(self, rows: Sequence[AttemptRow]) -> list[tuple[bool, str | None, int | None]]:
+        """Insert each row unless its (command id, attempt) exists: ``(inserted, state,
+        due_ms)`` per row, the stored state and due time when it existed already."""
+        cols = ", ".join(("app", *_ATTEMPT_COLUMNS))
+        marks = ", ".join("?" * (len(_ATTEMPT_COLUMNS) + 1))
+        stmt = self.db.prepare(f"INSERT INTO {ATTEMPTS} ({cols}) VALUES ({marks}) IF NOT EXISTS",
+                               write=True)
+        results = self.db.concurrent(stmt, [(self.app, *attrs.astuple(r, recurse=False))
+                                            for r in rows])
+        out: list[tuple[bool, str | None, int | None]] = []
+        for row, res in zip(rows, results, strict=True):
+            if list(res)[0][0]:
+                out.append((True, row.state, row.due_ms))
+            else:
+                stored = self.attempt(row.command_id, row.attempt)
+                out.append((False, stored.state if stored else None,
+                            stored.due_ms if stored else None))
+        return out
+
+    def attempt(self, command_id: str, attempt: int) -> AttemptRow | None:
+        rows = list(self.db.execute(self.db.prepare(
+            f"SELECT {', '.join(_ATTEMPT_COLUMNS)} FROM {ATTEMPTS} WHERE app = ? AND "
+            "command_id = ? AND attempt = ?"), (self.app, command_id, attempt)))
+        return _attempt(rows[0]) if rows else None
+
+    def attempts(self, command_id: str) -> list[AttemptRow]:
+        rows = self.db.execute(self.db.prepare(
+            f"SELECT {', '.join(_ATTEMPT_COLUMNS)} FROM {ATTEMPTS} WHERE app = ? AND "
+            "command_id = ?"), (self.app, command_id))
+        return [_attempt(r) for r in rows]
+
+    def change_state(self, command_id: str, attempt: int, old: str, new: str,
+                     **columns: Any) -> tuple[bool, str | None]:
+        """Set the attempt's state from ``old`` to ``new`` (and ``columns``) if it is still
+        ``old`` (a lightweight transaction): ``(applied, the state found)``."""
+        sets = ", ".join(["state = ?", *(f"{c} = ?" for c in columns)])
+        stmt = self.db.prepare(f"UPDATE {ATTEMPTS} SET {sets} WHERE app = ? AND command_id = ? "
+                               "AND attempt = ? IF state = ?", write=True)
+        row = list(self.db.execute(stmt, (new, *columns.values(), self.app, command_id, attempt,
+                                          old)))[0]
+        return bool(row[0]), (new if row[0] else row[1])
+
+    def set_attempt(self, command_id: str, attempt: int, **columns: Any) -> None:
+        """Plain update of some columns of an attempt (fields that only grow: outcome...)."""
+        sets = ", ".join(f"{c} = ?" for c in columns)
+        stmt = self.db.prepare(f"UPDATE {ATTEMPTS} SET {sets} WHERE app = ? AND command_id = ? "
+                               "AND attempt = ?", write=True)
+        self.db.execute(stmt, (*columns.values(), self.app, command_id, attempt))
+
+    # ---- letters -------------------------------------------------------------------------
+
+    def put_letter(self, command_id: str, at_us: int, **columns: Any) -> None:
+        """Upsert a letter's columns with write timestamp ``at_us``: a later letter (or an
+        operator, now) wins over an earlier one whatever the order of the writes."""
+        cols = ", ".join(("app", "command_id", *columns))
+        marks = ", ".join("?" * (len(columns) + 2))
+        stmt = self.db.prepare(f"INSERT INTO {LETTERS} ({cols}) VALUES ({marks}) USING TIMESTAMP ?",
+                               write=True)
+        self.db.execute(stmt, (self.app, command_id, *columns.values(), at_us))
+
+    def letters(self) -> list[LetterRow]:
+        rows = self.db.execute(self.db.prepare(
+            f"SELECT {', '.join(_LETTER_COLUMNS)} FROM {LETTERS} WHERE app = ?"), (self.app,))
+        return [LetterRow(*r) for r in rows if r[1] is not None]
+
+    def letter(self, command_id: str) -> LetterRow | None:
+        rows = list(self.db.execute(self.db.prepare(
+            f"SELECT {', '.join(_LETTER_COLUMNS)} FROM {LETTERS} WHERE app = ? AND command_id = ?"),
+            (self.app, command_id)))
+        return LetterRow(*rows[0]) if rows and rows[0][1] is not None else None
+
+    def purge(self, command_id: str) -> None:
+        """Forget a letter: its row, its history and any due entry of it."""
+        for row in self.attempts(command_id):
+            if row.state in ("waiting", "delivering") and row.due_ms is not None:
+                self.delete_due([DueEntry(self.bucket_hint(row.due_ms), row.due_ms, command_id,
+                                          row.attempt)])
+        self.db.execute(self.db.prepare(f"DELETE FROM {ATTEMPTS} WHERE app = ? AND command_id = ?",
+                                        write=True), (self.app, command_id))
+        self.db.execute(self.db.prepare(f"DELETE FROM {LETTERS} WHERE app = ? AND command_id = ?",
+                                        write=True), (self.app, command_id))
+
+    def bucket_hint(self, due: int) -> int:
+        return bucket_of(due, self.bucket_s)
+
+
+def _attempt(row: Sequence[Any]) -> AttemptRow:
+    values = list(row)
+    headers = values[_ATTEMPT_COLUMNS.index("headers")]
+    values[_ATTEMPT_COLUMNS.index("headers")] = [(k, bytes(v or b"")) for k, v in headers or []]
+    return AttemptRow(*values)
