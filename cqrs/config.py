@@ -30,6 +30,7 @@ __all__ = [
     "MetricsSettings",
     "ProcessorSettings",
     "ProjectionSettings",
+    "RetrierSettings",
     "SparkSettings",
     "load_config",
     "settings_reference",
@@ -339,6 +340,32 @@ class ProcessorSettings:
 
 
 @attrs.frozen
+class RetrierSettings:
+    interval_s: float = setting(
+        1.0, "CQRS_RETRIER_INTERVAL",
+        "Seconds between two reads of the due retries by `cqrs run retrier` (the timer's "
+        "resolution: a retry runs up to this late).",
+    )
+    bucket_s: int = setting(
+        60, "CQRS_RETRIER_BUCKET",
+        "Width in seconds of a Cassandra partition of the retry table (entries are partitioned "
+        "by app and due-time bucket, sorted by due time inside).",
+    )
+    max_due_per_trigger: int = setting(
+        1000, "CQRS_RETRIER_MAX_DUE",
+        "Due retries delivered per round at most (more wait for the next round).",
+    )
+    max_letters_per_trigger: int = setting(
+        10000, "CQRS_RETRIER_MAX_LETTERS",
+        "Dead letters read per micro-batch of the retry job at most.",
+    )
+    trigger: str = setting(
+        "1 second", "CQRS_RETRIER_TRIGGER",
+        "Micro-batch interval of the retry job's dead-letter query ('': back to back).",
+    )
+
+
+@attrs.frozen
 class MetricsSettings:
     host: str = setting(
         "127.0.0.1", "CQRS_METRICS_HOST",
@@ -380,6 +407,7 @@ class CqrsConfig:
     projections: ProjectionSettings = attrs.field(factory=ProjectionSettings)
     processor: ProcessorSettings = attrs.field(factory=ProcessorSettings)
     metrics: MetricsSettings = attrs.field(factory=MetricsSettings)
+    retrier: RetrierSettings = attrs.field(factory=RetrierSettings)
 
     def with_overrides(self, **sections: Mapping[str, Any]) -> CqrsConfig:
         """A copy with some settings replaced: ``cfg.with_overrides(kafka={"bootstrap_servers": ...})``."""
@@ -402,6 +430,7 @@ _SECTIONS: dict[str, type] = {
     "projections": ProjectionSettings,
     "processor": ProcessorSettings,
     "metrics": MetricsSettings,
+    "retrier": RetrierSettings,
 }
 
 

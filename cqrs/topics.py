@@ -26,6 +26,7 @@ class AppTopics:
     results: str
     dead_letters: str
     schemas: str = SCHEMAS_TOPIC
+    parked: str = ""  # dead letters the retry job gave up on (attempts used up)
 
     @property
     def base(self) -> str:
@@ -58,6 +59,7 @@ def topics_for(app_name: str, prefix: str = "") -> AppTopics:
         results=f"{base}.command-results",
         dead_letters=f"{base}.dead-letters",
         schemas=f"{prefix}{SCHEMAS_TOPIC}",
+        parked=f"{base}.dead-letters.parked",
     )
     longest = max((n for n in attrs.astuple(topics) if n), key=len)
     if len(longest) > _MAX_TOPIC:
@@ -79,6 +81,7 @@ def topic_settings(cfg: CqrsConfig, topics: AppTopics) -> dict[str, dict[str, st
         topics.events: {**forever, **every},  # the event log: never deleted
         topics.results: {"retention.ms": str(7 * _DAY_MS), **every},
         topics.dead_letters: {**forever, **every},
+        **({topics.parked: {**forever, **every}} if topics.parked else {}),
         topics.schemas: {"cleanup.policy": "compact", "retention.ms": "-1", **every},
     }
 
