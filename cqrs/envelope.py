@@ -37,11 +37,13 @@ from cqrs.errors import MalformedHeaderError, MissingHeaderError
 
 __all__ = [
     "COMMAND_RECORD_PREFIX",
+    "MAX_AGGREGATE_ID_BYTES",
     "CONTENT_TYPE",
     "HEADER_PREFIX",
     "CommandRecord",
     "Envelope",
     "Headers",
+    "check_aggregate_id",
     "MessageKind",
     "event_to_kafka",
     "from_kafka",
@@ -53,6 +55,10 @@ CONTENT_TYPE: Final = "application/vnd.cqrs+avro-single-object"
 HEADER_PREFIX: Final = "cqrs."
 MessageKind = Literal["command", "event"]
 Headers = list[tuple[str, bytes]]
+
+MAX_AGGREGATE_ID_BYTES: Final = 65_535
+"""The longest aggregate id (UTF-8 bytes): Cassandra's limit for a partition key, which the
+aggregate-state table and the read models key by."""
 
 _REQUIRED: Final = ("message_id", "message_type", "kind", "aggregate_type", "timestamp")
 _OPTIONAL_STR: Final = ("command_id", "correlation_id", "causation_id")
@@ -309,6 +315,20 @@ def _text(found: dict[str, bytes | None], name: str, required: bool) -> str | No
         ) from None
 
 
+def check_aggregate_id(aggregate_id: str, size: int | None = None) -> None:
+    """Raise :class:`MalformedHeaderError` for an empty aggregate id or one longer than
+    :data:`MAX_AGGREGATE_ID_BYTES` (``size``: its UTF-8 length, when known)."""
+    if not aggregate_id:
+        raise MalformedHeaderError(
+            "the aggregate id (the record key) is empty: every command and event names its "
+            "aggregate")
+    size = len(aggregate_id.encode()) if size is None else size
+    if size > MAX_AGGREGATE_ID_BYTES:
+        raise MalformedHeaderError(
+            f"the aggregate id {aggregate_id[:40]!r}... is {size:,} bytes long: the limit is "
+            f"{MAX_AGGREGATE_ID_BYTES:,} (Cassandra's for a key); use a shorter id, e.g. a hash")
+
+
 def from_kafka(
     key: bytes | None, value: bytes | None, headers: Iterable[Any] | None
 ) -> tuple[Envelope, bytes]:
@@ -325,6 +345,7 @@ def from_kafka(
         aggregate_id = bytes(key).decode("utf-8")
     except UnicodeDecodeError:
         raise MalformedHeaderError(f"record key {key!r} is not a UTF-8 aggregate id") from None
+    check_aggregate_id(aggregate_id, len(key))
     if bytes(value[:_PREFIX_SIZE]) == COMMAND_RECORD_PREFIX:
         return _decode_command(bytes(value), aggregate_id)
     found = _header_map(headers)

@@ -6,7 +6,7 @@ import datetime as _dt
 import uuid
 
 from cqrs.app import App
-from cqrs.envelope import Envelope, Headers, to_kafka
+from cqrs.envelope import Envelope, Headers, check_aggregate_id, to_kafka
 from cqrs.errors import MalformedHeaderError
 
 __all__ = ["encode_command"]
@@ -31,6 +31,7 @@ def encode_command(
     a client need only read its own partition.
     """
     entry, _ = app.model.route(command)
+    check_aggregate_id(aggregate_id)
     cid = command_id or str(uuid.uuid4())
     if not cid or "\0" in cid:
         raise MalformedHeaderError(

@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 
 from cqrs.config import CqrsConfig
-from cqrs.envelope import CONTENT_TYPE, Envelope, read_command
+from cqrs.envelope import CONTENT_TYPE, MAX_AGGREGATE_ID_BYTES, Envelope, read_command
 from cqrs.errors import CqrsError
 from cqrs.processor.state_table import StateTable, StoredAggregate
 from cqrs.processor.step import UNDECODED, AggregateStep, InputRecord, OutputRecord
@@ -274,8 +274,8 @@ def _process(worker: Worker, topic: str, partition: int,
     # 1. group by aggregate, in offset order
     groups: dict[tuple[str | None, str | None], list[InputRecord]] = {}
     for key, value, headers, offset in messages:
-        try:
-            agg_id = None if key is None else key.decode("utf-8")
+        try:  # no key, an empty one or one over Cassandra's limit: the step dead-letters it
+            agg_id = key.decode("utf-8") if key and len(key) <= MAX_AGGREGATE_ID_BYTES else None
         except UnicodeDecodeError:
             agg_id = None
         env = payload = None

@@ -103,3 +103,16 @@ def test_missing_key_value_and_naive_timestamp() -> None:
         from_kafka(b"k", None, headers)
     with pytest.raises(MalformedHeaderError, match="naive"):
         to_kafka(Envelope("m", "t", "command", "A", "a", dt.datetime(2024, 1, 1)), b"p")
+
+
+@pytest.mark.parametrize(("key", "text"), [(b"", "is empty"), (b"k" * 65_536, "65,536 bytes long")])
+def test_an_aggregate_id_cassandra_cannot_key_by_is_refused(key: bytes, text: str) -> None:
+    from cqrs.client import encode_command
+    from cqrs.testing.example_app import app
+
+    _, _, value, headers = encode_command(app, "acc-1", Deposit(1))
+    with pytest.raises(MalformedHeaderError, match=text):
+        from_kafka(key, value, headers)
+    with pytest.raises(MalformedHeaderError, match=text):
+        encode_command(app, key.decode(), Deposit(1))
+    from_kafka(b"k" * 65_535, value, headers)  # at the limit: fine
