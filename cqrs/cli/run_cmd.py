@@ -53,8 +53,9 @@ def _run_processor(cfg: CqrsConfig, args: argparse.Namespace) -> int:
         now = time.monotonic()
         rate = s.commands / max(now - started[0], 1e-6)
         started[0] = now
-        print(f"batch {batch_id}: {s.commands} commands, {s.aggregates} aggregates, {s.records} "
-              f"records written, {s.dead_letters} dead letters, {s.skipped} already applied, "
+        print(f"batch {batch_id}: {s.commands} commands ({s.accepted} accepted, {s.rejected} "
+              f"rejected, {s.failed} failed), {s.aggregates} aggregates, {s.events} events, "
+              f"{s.dead_letters} dead letters, {s.skipped} already applied, "
               f"{rate:,.0f} commands/s", flush=True)
 
     query = start_processor(spark, cfg, opts, available_now=args.available_now, on_batch=on_batch)

@@ -33,7 +33,9 @@ from cqrs.config import CqrsConfig
 from cqrs.envelope import CONTENT_TYPE, MAX_AGGREGATE_ID_BYTES, Envelope, read_command
 from cqrs.errors import CqrsError
 from cqrs.processor.state_table import StateTable, StoredAggregate
-from cqrs.processor.step import UNDECODED, AggregateStep, InputRecord, OutputRecord
+from cqrs.processor.step import (
+    RESULT_STATUS_HEADER, UNDECODED, AggregateStep, InputRecord, OutputRecord,
+)
 from cqrs.results import AggregateRecord
 
 __all__ = [
@@ -64,6 +66,10 @@ class SliceStats:
     skipped: int = 0  # applied by an earlier run of the same batch
     aggregates: int = 0
     records: int = 0  # events, results and dead letters written
+    events: int = 0
+    accepted: int = 0  # results written, by status (a duplicate's answer counts again)
+    rejected: int = 0
+    failed: int = 0
     dead_letters: int = 0
     cache_hits: int = 0
     state_reads: int = 0
@@ -249,6 +255,17 @@ class Worker:
                 "is retried and rewrites the same records")
 
 
+def _count(stats: SliceStats, out: Sequence[OutputRecord], events: str, results: str,
+           dead_letters: str) -> None:
+    by_topic = collections.Counter(r.topic for r in out)
+    stats.events, stats.dead_letters = by_topic[events], by_topic[dead_letters]
+    if by_topic[results]:
+        statuses = collections.Counter(r.headers[RESULT_STATUS_HEADER][1] for r in out
+                                       if r.topic == results)
+        stats.accepted, stats.rejected, stats.failed = (
+            statuses[b"accepted"], statuses[b"rejected"], statuses[b"failed"])
+
+
 def process_slice(worker: Worker, topic: str, partition: int,
                   messages: Sequence[tuple[bytes | None, bytes | None, Any, int]]) -> SliceStats:
     """Process one Kafka partition's slice of a micro-batch: ``messages`` are its records as
@@ -350,8 +367,7 @@ def _process(worker: Worker, topic: str, partition: int,
     t2 = time.perf_counter()
     stats.step_s = t2 - t1
     stats.records = len(out)
-    dlq = step.topics.dead_letters
-    stats.dead_letters = sum(1 for r in out if r.topic == dlq)
+    _count(stats, out, step.topics.events, step.topics.results, step.topics.dead_letters)
 
     # 4. records first, 5. then the state they explain
     try:

@@ -37,11 +37,12 @@ from cqrs.results import (
 from cqrs.retries import ATTEMPT_HEADER
 from cqrs.topics import AppTopics
 
-__all__ = ["UNDECODED", "AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord", "StepResult"]
+__all__ = ["RESULT_STATUS_HEADER", "UNDECODED", "AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord", "StepResult"]
 
 DLQ_PREFIX = "cqrs.dlq."
 _CONTENT_TYPE_HEADER = ("content-type", CONTENT_TYPE.encode())
 _STATUS_HEADERS = {s: ("cqrs.status", s.encode()) for s in (ACCEPTED, REJECTED, FAILED)}
+RESULT_STATUS_HEADER = 4  # where a result record's status header is (see _result_record)
 
 
 @attrs.frozen

@@ -246,3 +246,13 @@ def test_a_failure_the_app_does_not_declare_transient_is_answered_at_once() -> N
     dead = [r for r in out if r.topic == TOPICS.dead_letters]
     assert "cqrs.dlq.transient" not in dict(dead[0].headers)
     assert [r.status for r in _results(out)] == ["accepted", "failed"]
+
+
+def test_a_result_records_status_header_is_where_the_slice_counts_it() -> None:
+    from cqrs.processor.step import RESULT_STATUS_HEADER
+
+    _, out = _step().run("example.bank.Account", "acc-1", None, [
+        _record(OpenAccount("ann"), 1), _record(Withdraw(10**6), 2), _record(Explode("x"), 3)])
+    statuses = [r.headers[RESULT_STATUS_HEADER] for r in out if r.topic == TOPICS.results]
+    assert statuses == [("cqrs.status", b"accepted"), ("cqrs.status", b"rejected"),
+                        ("cqrs.status", b"failed")]
