@@ -26,6 +26,7 @@ from cqrs.envelope import HEADER_PREFIX, Envelope, Headers, from_kafka, to_kafka
 from cqrs.errors import CqrsError
 from cqrs.kafka_io import KafkaRecord, make_producer, read_to_end
 from cqrs.processor.step import DLQ_PREFIX
+from cqrs.retries import ATTEMPT_HEADER
 from cqrs.topics import AppTopics
 
 __all__ = [
@@ -146,7 +147,9 @@ def retry_id(dead: DeadLetter) -> str:
 def retry_record(dead: DeadLetter) -> tuple[bytes | None, bytes | None, Headers]:
     """``(key, value, headers)`` of the command that retries ``dead`` (in the form it came in)."""
     env = dead.envelope
-    if env is not None and not dead.headers:  # a command record: the ids are in its value
+    # a retry job's attempt header belongs to the original id's attempts, not to this new id
+    kept = [(k, v) for k, v in dead.headers if k != ATTEMPT_HEADER]
+    if env is not None and not kept:  # a command record: the ids are in its value
         new = retry_id(dead)
         payload = from_kafka(dead.key, dead.value, dead.headers)[1]
         return to_kafka(attrs.evolve(env, message_id=new, command_id=new,
@@ -155,7 +158,7 @@ def retry_record(dead: DeadLetter) -> tuple[bytes | None, bytes | None, Headers]
     original_id = (dead.command_id or "").encode()
     replaced = {HEADER_PREFIX + "command_id": new_id, HEADER_PREFIX + "message_id": new_id,
                 HEADER_PREFIX + "causation_id": original_id}
-    headers: Headers = [(k, v) for k, v in dead.headers if k not in replaced]
+    headers: Headers = [(k, v) for k, v in kept if k not in replaced]
     headers += list(replaced.items())
     return dead.key, dead.value, headers
 

@@ -20,10 +20,10 @@ __all__ = ["builtin_routes", "create_http_app"]
 
 
 def builtin_routes() -> list[RouteFactory]:
-    """The routes every service has: ``/commands`` and ``/aggregates``."""
-    from cqrs.http import aggregates, commands
+    """The routes every service has: ``/commands``, ``/aggregates`` and ``/dead-letters``."""
+    from cqrs.http import aggregates, commands, deadletters
 
-    return [commands.routes, aggregates.routes]
+    return [commands.routes, aggregates.routes, deadletters.routes]
 
 
 def create_http_app(ctx: HttpContext, extra_routes: Sequence[RouteFactory] = (), *,

@@ -24,6 +24,7 @@ from cqrs.retries import ATTEMPT_HEADER, RetryPolicy
 
 __all__ = [
     "DONE",
+    "OPEN",
     "PARKED",
     "STATES",
     "WAITING",
@@ -41,6 +42,7 @@ WAITING = "waiting"  # a retry is due at some time: the job delivers it by itsel
 PARKED = "parked"  # given up on: an operator retries, purges or leaves it
 DONE = "done"  # retried (its outcome is in its history) or sent again by an operator
 STATES = (WAITING, PARKED, DONE)
+OPEN = "open"  # a filter: waiting or parked, what still needs the job or an operator
 
 
 def letter_id(dead: DeadLetter) -> str:
@@ -101,21 +103,24 @@ def parse_age(text: str) -> float:
 
 @attrs.frozen(kw_only=True)
 class LetterFilter:
-    """Which letters to show or act on; ``None`` matches anything. ``older_than_s``: letters
-    whose first failure is at least that old."""
+    """Which letters to show or act on; ``None`` matches anything. ``state``: one of
+    :data:`STATES`, or ``open`` (waiting or parked). ``older_than_s``: letters whose first
+    failure is at least that old."""
 
-    state: str | None = WAITING
+    state: str | None = OPEN
     command_type: str | None = None
     error_type: str | None = None
     older_than_s: float | None = None
 
     def __attrs_post_init__(self) -> None:
-        if self.state is not None and self.state not in STATES:
-            raise ConfigError(f"letter state {self.state!r}: use one of {', '.join(STATES)}")
+        if self.state is not None and self.state not in (*STATES, OPEN):
+            raise ConfigError(f"letter state {self.state!r}: use one of "
+                              f"{', '.join((*STATES, OPEN))}")
 
     def matches(self, *, state: str, command_type: str | None, error_type: str | None,
                 first_ms: int, now_ms: int) -> bool:
-        return ((self.state is None or state == self.state)
+        wanted = (WAITING, PARKED) if self.state == OPEN else (self.state,)
+        return ((self.state is None or state in wanted)
                 and (self.command_type is None or command_type == self.command_type)
                 and (self.error_type is None or error_type == self.error_type)
                 and (self.older_than_s is None or now_ms - first_ms >= self.older_than_s * 1000))

@@ -109,7 +109,8 @@ class Retrier:
             if inserted and d.transient and d.final:
                 parked.append(d)
             if d.attempt > 1:
-                self.store.set_attempt(row.command_id, d.attempt - 1, outcome="failed again")
+                self.store.set_attempt(row.command_id, d.attempt - 1, if_exists=True,
+                                       outcome="failed again")
             self.store.put_letter(row.command_id, d.timestamp_ms * 1000 + d.attempt,
                                   **self._letter_columns(d, row))
         stats.waiting, stats.parked = len(due), sum(1 for r in rows if r.state == PARKED)

@@ -214,11 +214,13 @@ class RetryStore:
                                           old)))[0]
         return bool(row[0]), (new if row[0] else row[1])
 
-    def set_attempt(self, command_id: str, attempt: int, **columns: Any) -> None:
-        """Plain update of some columns of an attempt (fields that only grow: outcome...)."""
+    def set_attempt(self, command_id: str, attempt: int, *, if_exists: bool = False,
+                    **columns: Any) -> None:
+        """Plain update of some columns of an attempt; ``if_exists``: only if the row exists
+        (a lightweight transaction), never creating a row of those columns alone."""
         sets = ", ".join(f"{c} = ?" for c in columns)
         stmt = self.db.prepare(f"UPDATE {ATTEMPTS} SET {sets} WHERE app = ? AND command_id = ? "
-                               "AND attempt = ?", write=True)
+                               f"AND attempt = ?{' IF EXISTS' if if_exists else ''}", write=True)
         self.db.execute(stmt, (*columns.values(), self.app, command_id, attempt))
 
     # ---- letters -------------------------------------------------------------------------
@@ -244,15 +246,18 @@ class RetryStore:
         return LetterRow(*rows[0]) if rows and rows[0][1] is not None else None
 
     def purge(self, command_id: str) -> None:
-        """Forget a letter: its row, its history and any due entry of it."""
-        for row in self.attempts(command_id):
+        """Forget a letter: its row, its history and any due entry of it (deleted at a time
+        after every write of it: letters' writes carry their own times)."""
+        rows = self.attempts(command_id)
+        at_us = max([now_ms(), *((r.failed_ms or 0) + 2 for r in rows)]) * 1000
+        for row in rows:
             if row.state in ("waiting", "delivering") and row.due_ms is not None:
                 self.delete_due([DueEntry(self.bucket_hint(row.due_ms), row.due_ms, command_id,
                                           row.attempt)])
-        self.db.execute(self.db.prepare(f"DELETE FROM {ATTEMPTS} WHERE app = ? AND command_id = ?",
-                                        write=True), (self.app, command_id))
-        self.db.execute(self.db.prepare(f"DELETE FROM {LETTERS} WHERE app = ? AND command_id = ?",
-                                        write=True), (self.app, command_id))
+        for table in (ATTEMPTS, LETTERS):
+            self.db.execute(self.db.prepare(f"DELETE FROM {table} USING TIMESTAMP ? WHERE app = ? "
+                                            "AND command_id = ?", write=True),
+                            (at_us, self.app, command_id))
 
     def bucket_hint(self, due: int) -> int:
         return bucket_of(due, self.bucket_s)

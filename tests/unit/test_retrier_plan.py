@@ -107,3 +107,20 @@ def test_ages_and_filters() -> None:
     assert not f.matches(**row, now_ms=59_999)
     assert not f.matches(**{**row, "state": PARKED}, now_ms=60_000)
     assert LetterFilter(state=None).matches(**{**row, "state": PARKED}, now_ms=0)
+
+
+def test_open_means_waiting_or_parked() -> None:
+    row = dict(command_type="c", error_type="e", first_ms=0, now_ms=0)
+    assert LetterFilter().matches(state=WAITING, **row) and LetterFilter().matches(state=PARKED, **row)
+    assert not LetterFilter().matches(state="done", **row)
+
+
+def test_an_operators_retry_of_a_retried_letter_drops_the_attempt_header() -> None:
+    from cqrs.deadletters import retry_record
+    from cqrs.envelope import from_kafka
+
+    dead = parse_dead_letter(_letter(3))  # attempt 3 came with cqrs.retry.attempt = 3
+    assert dead.header(ATTEMPT_HEADER) == "3"
+    key, value, headers = retry_record(dead)
+    assert ATTEMPT_HEADER not in dict(headers)
+    assert from_kafka(key, value, headers)[0].command_id == "cmd-1~retry@0:5"
