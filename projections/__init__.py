@@ -24,6 +24,7 @@ from projections.model import DELETE, CategoryProjection, Delete, EventMeta, Pro
 from projections.query import Page, ProjectionReader
 from projections.sqlite_store import SqliteStore
 from projections.store import ProjectionStore
+from projections.stores import open_store
 
 __all__ = [
     "DELETE",
@@ -46,5 +47,6 @@ __all__ = [
     "UnknownProjectionError",
     "ViewKeyError",
     "WaitTimeoutError",
+    "open_store",
     "records_for",
 ]

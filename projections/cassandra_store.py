@@ -27,7 +27,7 @@ from projections.store import ProjectionStore, normalize_value, table_names
 __all__ = ["CassandraStore"]
 
 _CQL_TYPES = {str: "text", int: "bigint", float: "double", bool: "boolean",
-              _dt.datetime: "timestamp", bytes: "blob"}
+              _dt.datetime: "timestamp", _dt.date: "date", bytes: "blob"}
 _META = ("cqrs_version", "cqrs_deleted")
 
 

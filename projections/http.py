@@ -20,9 +20,10 @@ from fastapi.responses import JSONResponse
 
 from cqrs.client.json_commands import to_jsonable
 from cqrs.http.context import HttpContext
+from cqrs.domain.messages import type_name
 from cqrs.http.errors import error_body
 from projections.errors import GenerationError, UnknownProjectionError, WaitTimeoutError
-from projections.model import CategoryProjection, Projection, projections_of
+from projections.model import CategoryProjection, Projection, RekeyedProjection, projections_of
 from projections.query import ProjectionReader
 
 __all__ = ["describe", "routes"]
@@ -32,12 +33,15 @@ def describe(projection: Projection) -> dict[str, Any]:
     """What a client needs to know about a projection to query it."""
     out: dict[str, Any] = {
         "name": projection.name,
-        "kind": "category" if isinstance(projection, CategoryProjection) else "view",
+        "kind": ("category" if isinstance(projection, CategoryProjection)
+                 else "rekeyed" if isinstance(projection, RekeyedProjection) else "view"),
         "key": projection.key,
         "columns": {c: t.__name__ for c, t in projection.columns.items()},
     }
     if isinstance(projection, CategoryProjection):
         out.update(group_by=projection.group_by, order_by=projection.order_by, keep=projection.keep)
+    if isinstance(projection, RekeyedProjection):  # keyed by key_of(event), not the aggregate id
+        out.update(source_aggregate=type_name(projection.aggregate))
     return out
 
 

@@ -38,7 +38,7 @@ __all__ = [
     "projections_of",
 ]
 
-COLUMN_TYPES: Final[tuple[type, ...]] = (str, int, float, bool, _dt.datetime, bytes)
+COLUMN_TYPES: Final[tuple[type, ...]] = (str, int, float, bool, _dt.datetime, _dt.date, bytes)
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
 _COLUMN = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 _RESERVED = frozenset({"grp", "sort", "aggregate_id"})
@@ -154,7 +154,7 @@ class Projection:
     - ``name``: lower-case identifier, unique in the app (prefixes its tables);
     - ``aggregate``: the Aggregate class (or its type name) whose events are folded;
     - ``key``: name of the key column (holds the aggregate id), default ``"id"``;
-    - ``columns``: ``{column: type}``, types among str, int, float, bool, datetime, bytes;
+    - ``columns``: ``{column: type}``, types among str, int, float, bool, datetime, date, bytes;
     - ``defaults``: initial values of a new view (others start as None).
     """
 

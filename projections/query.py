@@ -41,7 +41,7 @@ class Page:
 
 
 def _sort_text(kind: type, value: Any) -> Any:
-    if kind is _dt.datetime:
+    if kind is _dt.datetime or kind is _dt.date:
         return value.isoformat()
     if kind is bytes:
         return value.hex()
@@ -51,6 +51,8 @@ def _sort_text(kind: type, value: Any) -> Any:
 def _sort_value(kind: type, text: Any) -> Any:
     if kind is _dt.datetime:
         return _dt.datetime.fromisoformat(text)
+    if kind is _dt.date:
+        return _dt.date.fromisoformat(text)
     if kind is bytes:
         return bytes.fromhex(text)
     return kind(text)

@@ -23,7 +23,7 @@ from projections.store import ProjectionStore, normalize_value, table_names
 __all__ = ["SqliteStore"]
 
 _SQL_TYPES = {str: "TEXT", int: "INTEGER", float: "REAL", bool: "INTEGER",
-              _dt.datetime: "TEXT", bytes: "BLOB"}
+              _dt.datetime: "TEXT", _dt.date: "TEXT", bytes: "BLOB"}
 
 
 def _encode(kind: type, value: Any) -> Any:
@@ -32,6 +32,8 @@ def _encode(kind: type, value: Any) -> Any:
     if kind is _dt.datetime:
         v = normalize_value(kind, value)
         return v.strftime("%Y-%m-%dT%H:%M:%S.") + f"{v.microsecond // 1000:03d}+00:00"
+    if kind is _dt.date:
+        return normalize_value(kind, value).isoformat()
     if kind is bool:
         return int(value)
     return value
@@ -42,6 +44,8 @@ def _decode(kind: type, value: Any) -> Any:
         return None
     if kind is _dt.datetime:
         return _dt.datetime.fromisoformat(value)
+    if kind is _dt.date:
+        return _dt.date.fromisoformat(value)
     return normalize_value(kind, value)
 
 

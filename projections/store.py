@@ -40,7 +40,8 @@ def table_names(base: str, generation: int) -> tuple[str, str]:
 
 
 def normalize_value(kind: type, value: Any) -> Any:
-    """A column value as every store gives it back: datetimes in UTC to the millisecond."""
+    """A column value as every store gives it back: datetimes in UTC to the millisecond,
+    dates as ``datetime.date``."""
     if value is None:
         return None
     if kind is _dt.datetime:
@@ -48,6 +49,10 @@ def normalize_value(kind: type, value: Any) -> Any:
             value = value.replace(tzinfo=_dt.timezone.utc)
         value = value.astimezone(_dt.timezone.utc)
         return value.replace(microsecond=value.microsecond // 1000 * 1000)
+    if kind is _dt.date:  # a datetime is a date too: keep the day; Cassandra's driver gives
+        if isinstance(value, _dt.datetime):  # its own Date, which has .date()
+            return value.date()
+        return value if isinstance(value, _dt.date) else value.date()
     if kind is bool:
         return bool(value)
     if kind is bytes:

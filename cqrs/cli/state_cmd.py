@@ -45,8 +45,11 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 
 def state_as_json(state: Any) -> str:
-    """An :class:`~cqrs.processor.state.AggregateState` as indented JSON."""
-    return json.dumps(attrs.asdict(state), indent=2, sort_keys=True, default=str)
+    """An :class:`~cqrs.processor.state.AggregateState` as indented JSON, each value written as
+    ``GET /aggregates/{id}`` writes it (enum names, ISO-8601 times, base64 bytes)."""
+    from cqrs.client.json_commands import to_jsonable
+
+    return json.dumps(to_jsonable(state), indent=2, sort_keys=True)
 
 
 def _run_get(cfg: CqrsConfig, args: argparse.Namespace) -> int:

@@ -10,13 +10,30 @@ from cqrs.codec.schema import avro_fullname, canonical_json, schema_for
 from cqrs.codec.schema_store import InMemorySchemaStore, SchemaStore
 from cqrs.codec.single_object import MAGIC, fingerprint, split
 from cqrs.codec.upcasting import Upcaster, upcaster
+from cqrs.errors import (  # the codec's errors, defined with every other in cqrs.errors
+    BadMagicError, CodecError, DecodeError, EncodeError, IncompatibleSchemaError,
+    MissingUpcasterError, NaiveDatetimeError, SchemaDerivationError, SchemaStoreError,
+    TruncatedMessageError, UnknownSchemaError, UnregisteredTypeError,
+)
 
 __all__ = [
     "MAGIC",
+    "BadMagicError",
     "Codec",
+    "CodecError",
+    "DecodeError",
+    "EncodeError",
+    "IncompatibleSchemaError",
     "InMemorySchemaStore",
+    "MissingUpcasterError",
+    "NaiveDatetimeError",
     "RegisteredType",
+    "SchemaDerivationError",
     "SchemaStore",
+    "SchemaStoreError",
+    "TruncatedMessageError",
+    "UnknownSchemaError",
+    "UnregisteredTypeError",
     "Upcaster",
     "avro_fullname",
     "canonical_json",

@@ -11,7 +11,10 @@ import attrs
 import pytest
 
 from cqrs.testing.example import AccountClosed, AccountOpened, Deposited, Withdrawn
-from projections import GenerationError, PageTokenError, ProjectionReader, WaitTimeoutError
+from projections import (
+    CategoryProjection, EventMeta, GenerationError, PageTokenError, Projection, ProjectionReader,
+    WaitTimeoutError,
+)
 from projections.apply import Target
 from projections.dlq import replay_dead_letters
 from projections.local import LocalProjector, records_for
@@ -271,3 +274,47 @@ def test_rekeyed_failing_handler_parks_the_view_until_replayed(store: Projection
     LocalProjector(app, clean, ["movements_by_band"]).apply(log)
     assert [(k, v.values, v.version, v.parked_at) for k, v in _bands(store, app)] == [
         (k, v.values, v.version, v.parked_at) for k, v in _bands(clean, app)]
+
+
+class OpenedOn(Projection):
+    """A date column: the day an account was opened."""
+
+    name = "opened_on"
+    aggregate = "example.bank.Account"
+    key = "account_id"
+    columns = {"owner": str, "opened_on": dt.date}
+
+    def on_account_opened(self, view: dict, event: AccountOpened, meta: EventMeta) -> None:
+        view["owner"], view["opened_on"] = event.owner, meta.timestamp.date()
+
+
+class OpenedByDay(CategoryProjection):
+    """A category ordered by a date column."""
+
+    name = "opened_by_day"
+    aggregate = "example.bank.Account"
+    key = "account_id"
+    columns = {"owner": str, "day": dt.date}
+    group_by, order_by, keep = "owner", "day", 10
+
+    def on_account_opened(self, view: dict, event: AccountOpened, meta: EventMeta) -> None:
+        view["owner"], view["day"] = event.owner, meta.timestamp.date()
+
+
+def test_date_columns_round_trip_and_order_a_category(store: ProjectionStore) -> None:
+    from cqrs.app import App
+    from cqrs.testing.example import Account, AccountHandler
+
+    app = App("contract-dates", aggregates=[Account], handlers=[AccountHandler],
+              projections=[OpenedOn, OpenedByDay])
+    days = [dt.datetime(2026, 5, d, 12, tzinfo=dt.timezone.utc) for d in (3, 1, 2)]
+    records = [r for i, day in enumerate(days)
+               for r in records_for(app, [(f"a{i}", AccountOpened("ann"))], start=day)]
+    LocalProjector(app, store).apply(records)
+    reader = ProjectionReader(app, store)
+    assert reader.get("opened_on", "a1") == {"account_id": "a1", "owner": "ann",
+                                             "opened_on": dt.date(2026, 5, 1)}
+    first = reader.category("opened_by_day", "ann", page_size=2)
+    assert [i["day"] for i in first.items] == [dt.date(2026, 5, 3), dt.date(2026, 5, 2)]  # newest first
+    rest = reader.category("opened_by_day", "ann", page_size=2, page_token=first.next_token)
+    assert [i["day"] for i in rest.items] == [dt.date(2026, 5, 1)]

@@ -63,3 +63,13 @@ def test_bad_requests_get_a_4xx_with_a_reason(http: Any, path: str, status: int)
     response = http.get(path)
     assert response.status_code == status
     assert response.json().get("message") or response.json().get("detail")
+
+
+def test_a_rekeyed_projection_is_listed_as_such() -> None:
+    from domain_examples.loyalty import app as loyalty
+    from projections.http import describe
+    from projections.model import RekeyedProjection, projections_of
+
+    (rekeyed,) = [p for p in projections_of(loyalty).values() if isinstance(p, RekeyedProjection)]
+    out = describe(rekeyed)
+    assert out["kind"] == "rekeyed" and out["source_aggregate"] == "loyalty.Store"

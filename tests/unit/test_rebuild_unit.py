@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 
 import pandas as pd
+import attrs
 import pytest
 
 from cqrs.cli.main import build_parser
@@ -141,3 +142,24 @@ def test_cli_registers_state_get_and_rebuild_state() -> None:
         AggregateState(ACCOUNT, "acc-1", 2, False, Account(owner="ann", is_open=True, balance=5), ("a", "b"))))
     assert printed["state"] == {"owner": "ann", "is_open": True, "balance": 5}
     assert printed["seen_command_ids"] == ["a", "b"]
+
+
+def test_state_get_prints_values_as_the_http_service_does() -> None:
+    import datetime as dt
+    import enum
+
+    from cqrs.client.json_commands import to_jsonable
+
+    class Tier(enum.Enum):
+        GOLD = "gold"
+
+    @attrs.define
+    class Member:
+        tier: Tier = Tier.GOLD
+        since: dt.datetime = dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.timezone.utc)
+        photo: bytes = b"\x00\x01"
+
+    state = AggregateState(ACCOUNT, "m-1", 1, False, Member(), ())
+    printed = json.loads(state_as_json(state))
+    assert printed == json.loads(json.dumps(to_jsonable(state)))  # the same JSON as GET /aggregates
+    assert printed["state"]["tier"] == "GOLD" and printed["state"]["since"].startswith("2026-01-02T03:04")
