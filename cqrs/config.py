@@ -225,6 +225,19 @@ class DevSettings:
         2, "CQRS_DEV_CLUSTER_SPARK_WORKERS",
         "`dev up --cluster`: Spark workers (two cores each; an app gets one core of each)."
     )
+    secure_kafka_port: int = setting(
+        39092, "CQRS_DEV_SECURE_KAFKA_PORT",
+        "`dev up --secure`: SASL_SSL port of the broker (its controller listens on +1, its "
+        "own PLAINTEXT listener for itself on +2).",
+    )
+    secure_cassandra_port: int = setting(
+        39042, "CQRS_DEV_SECURE_CASSANDRA_PORT",
+        "`dev up --secure`: CQL port of the password-protected Cassandra node.",
+    )
+    secure_cassandra_storage_port: int = setting(
+        37000, "CQRS_DEV_SECURE_CASSANDRA_STORAGE_PORT",
+        "`dev up --secure`: internode port of that node.",
+    )
     cluster_spark_worker_memory: str = setting(
         "2g", "CQRS_DEV_CLUSTER_SPARK_WORKER_MEMORY",
         "`dev up --cluster`: memory each Spark worker offers its executors.",
@@ -241,6 +254,11 @@ class DevSettings:
     @property
     def data_path(self) -> Path:
         return self.home_path / "dev"
+
+    @property
+    def secure_path(self) -> Path:
+        """Data, certificates and generated credentials of ``cqrs dev up --secure``."""
+        return self.home_path / "secure"
 
     @property
     def cluster_path(self) -> Path:

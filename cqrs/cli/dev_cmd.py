@@ -45,9 +45,14 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 
 def _cluster_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", action="store_true",
-                        help="the local cluster instead: 3 Kafka brokers, a Spark standalone "
-                        "master and workers, 2 Cassandra nodes (own ports and folder)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--cluster", action="store_true",
+                       help="the local cluster instead: 3 Kafka brokers, a Spark standalone "
+                       "master and workers, 2 Cassandra nodes (own ports and folder)")
+    which.add_argument("--secure", action="store_true",
+                       help="the secure stack instead: Kafka over SASL_SSL (SCRAM), Cassandra "
+                       "with passwords (own ports and folder, generated certificates and "
+                       "credentials)")
 
 
 def _install(cfg: CqrsConfig, args: argparse.Namespace) -> int:
@@ -70,7 +75,7 @@ def _up(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     if missing:
         print(f"not installed yet: {', '.join(missing)}; running `cqrs dev install` first")
         artifacts.install(cfg.dev)
-    statuses = DevStack(cfg, cluster=args.cluster).up(fresh=args.fresh)
+    statuses = DevStack(cfg, cluster=args.cluster, secure=args.secure).up(fresh=args.fresh)
     _print_status(statuses)
     if args.cluster:
         from cqrs.devstack.cluster import cluster_config, cluster_toml_path
@@ -82,6 +87,18 @@ def _up(cfg: CqrsConfig, args: argparse.Namespace) -> int:
         print(f"configuration: export CQRS_CONFIG={cluster_toml_path(cfg)}")
         print(f"data in {cfg.dev.cluster_path}; stop with `cqrs dev down --cluster`")
         return 0
+    if args.secure:
+        from cqrs.devstack.secure import secure_config, secure_toml_path
+
+        on = secure_config(cfg)
+        print(f"\nKafka:     {on.kafka.bootstrap_servers} SASL_SSL, {on.kafka.sasl_mechanism} "
+              f"user {on.kafka.sasl_username!r}, CA {on.kafka.ssl_ca_location}")
+        print(f"Cassandra: {on.cassandra.hosts}:{on.cassandra.port}, role "
+              f"{on.cassandra.username!r}")
+        print(f"configuration (with the passwords, mode 0600): export "
+              f"CQRS_CONFIG={secure_toml_path(cfg)}")
+        print(f"data in {cfg.dev.secure_path}; stop with `cqrs dev down --secure`")
+        return 0
     print(f"\nKafka:     bootstrap servers {cfg.kafka.bootstrap_servers}   (CQRS_KAFKA_BOOTSTRAP)")
     print(f"Cassandra: {cfg.cassandra.hosts}:{cfg.cassandra.port}   (CQRS_CASSANDRA_HOSTS, CQRS_CASSANDRA_PORT)")
     print(f"data in {cfg.dev.data_path}; stop with `cqrs dev down`")
@@ -89,18 +106,18 @@ def _up(cfg: CqrsConfig, args: argparse.Namespace) -> int:
 
 
 def _status(cfg: CqrsConfig, args: argparse.Namespace) -> int:
-    statuses = DevStack(cfg, cluster=args.cluster).status()
+    statuses = DevStack(cfg, cluster=args.cluster, secure=args.secure).status()
     _print_status(statuses)
     return 0 if all(s.healthy for s in statuses) else 1
 
 
 def _down(cfg: CqrsConfig, args: argparse.Namespace) -> int:
-    DevStack(cfg, cluster=args.cluster).down()
+    DevStack(cfg, cluster=args.cluster, secure=args.secure).down()
     return 0
 
 
 def _logs(cfg: CqrsConfig, args: argparse.Namespace) -> int:
-    path = DevStack(cfg, cluster=args.cluster).log_file(args.service)
+    path = DevStack(cfg, cluster=args.cluster, secure=args.secure).log_file(args.service)
     argv = ["tail", f"-n{args.lines}", *(["-F"] if args.follow else []), path]
     return subprocess.call(argv, stdout=sys.stdout, stderr=sys.stderr)
 
@@ -109,7 +126,7 @@ def _smoke(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     from cqrs.devstack.smoke import run_all
 
     if args.up:
-        _up(cfg, argparse.Namespace(fresh=False, cluster=False))
+        _up(cfg, argparse.Namespace(fresh=False, cluster=False, secure=False))
     started = time.monotonic()
     run_all(cfg)
     print(f"smoke checks passed in {time.monotonic() - started:.1f} s")

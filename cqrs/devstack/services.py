@@ -136,6 +136,12 @@ class KafkaNode:
     heap: str
     replication: int = 1  # of the internal topics and the default of new topics
     min_insync: int = 1
+    # the clients' listener, when not plain: (protocol, lines added to server.properties),
+    # e.g. ("SASL_SSL", ("sasl.enabled.mechanisms=SCRAM-SHA-512", ...)); the broker then talks
+    # to itself on a PLAINTEXT listener at port + 2
+    client_protocol: str = "PLAINTEXT"
+    client_settings: tuple[str, ...] = ()
+    scram_users: tuple[str, ...] = ()  # "SCRAM-SHA-512=[name=...,password=...]", at format time
 
     @property
     def marker(self) -> str:
@@ -157,15 +163,29 @@ def _kafka_properties(cfg: CqrsConfig, node: KafkaNode) -> Path:
     props = node.workdir / "server.properties"
     props.parent.mkdir(parents=True, exist_ok=True)
     rf, isr = node.replication, node.min_insync
+    if node.client_protocol == "PLAINTEXT":
+        listeners = [
+            f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "inter.broker.listener.name=PLAINTEXT",
+        ]
+    else:
+        proto, internal = node.client_protocol, node.port + 2
+        listeners = [
+            f"listeners={proto}://127.0.0.1:{node.port},INTERNAL://127.0.0.1:{internal},"
+            f"CONTROLLER://127.0.0.1:{node.controller_port}",
+            f"advertised.listeners={proto}://127.0.0.1:{node.port},INTERNAL://127.0.0.1:{internal}",
+            f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,{proto}:{proto}",
+            "inter.broker.listener.name=INTERNAL",
+            *node.client_settings,
+        ]
     props.write_text("\n".join([
         "process.roles=broker,controller",
         f"node.id={node.node_id}",
         f"controller.quorum.voters={node.voters}",
-        f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
+        *listeners,
         "controller.listener.names=CONTROLLER",
-        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        "inter.broker.listener.name=PLAINTEXT",
         f"log.dirs={node.workdir / 'data'}",
         f"num.partitions={cfg.kafka.default_partitions}",
         f"default.replication.factor={rf}",
@@ -204,7 +224,8 @@ def format_kafka_storage(cfg: CqrsConfig, node: KafkaNode | None = None,
     proc = subprocess.run(
         [find_java(cfg), f"-Dlog4j2.configurationFile={node.workdir / 'log4j2.yaml'}",
          "-cp", _classpath(cfg, "kafka"), "kafka.tools.StorageTool", "format",
-         "-t", cluster_id or new_cluster_id(), "-c", str(props)],
+         "-t", cluster_id or new_cluster_id(), "-c", str(props),
+         *(arg for user in node.scram_users for arg in ("--add-scram", user))],
         capture_output=True, text=True,
     )
     if proc.returncode != 0:
@@ -262,6 +283,7 @@ class CassandraNode:
     heap: str
     cluster_name: str = "cqrs-dev"
     initial_token: str = ""  # "" lets the node pick its tokens (num_tokens 4)
+    authenticator: str = "AllowAllAuthenticator"  # PasswordAuthenticator: role cassandra/cassandra
     # 0 suits a lone node; with peers it must not be: gossip drops a peer that is not yet
     # NORMAL after ring_delay / 2 ("Seeds list is now empty!" and the nodes never meet)
     ring_delay_ms: int = 0
@@ -312,7 +334,7 @@ storage_port: {node.storage_port}
 native_transport_port: {node.port}
 start_native_transport: true
 endpoint_snitch: SimpleSnitch
-authenticator: AllowAllAuthenticator
+authenticator: {node.authenticator}
 authorizer: AllowAllAuthorizer
 concurrent_reads: 8
 concurrent_writes: 16
@@ -356,7 +378,7 @@ def cassandra_argv(cfg: CqrsConfig, node: CassandraNode | None = None) -> list[s
 
 
 def cassandra_healthy(cfg: CqrsConfig, address: str | None = None, port: int | None = None,
-                      peers: int = 0) -> bool:
+                      peers: int = 0, auth: tuple[str, str] | None = None) -> bool:
     """True when the node answers ``SELECT release_version FROM system.local`` and knows at
     least ``peers`` other nodes that are up (default: the configured contact point)."""
     from cassandra.cluster import Cluster
@@ -366,8 +388,13 @@ def cassandra_healthy(cfg: CqrsConfig, address: str | None = None, port: int | N
     port = port or cfg.cassandra.port
     if not _port_open(f"{address}:{port}"):
         return False
+    extra: dict[str, object] = {}
+    if auth is not None:
+        from cassandra.auth import PlainTextAuthProvider
+
+        extra["auth_provider"] = PlainTextAuthProvider(*auth)
     cluster = Cluster([address], port=port, connect_timeout=2, control_connection_timeout=2,
-                      load_balancing_policy=WhiteListRoundRobinPolicy([address]))
+                      load_balancing_policy=WhiteListRoundRobinPolicy([address]), **extra)
     try:
         session = cluster.connect()
         row = session.execute("SELECT release_version FROM system.local").one()

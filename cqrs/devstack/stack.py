@@ -55,12 +55,23 @@ class Service:
 class DevStack:
     config: CqrsConfig
     cluster: bool = False
+    secure: bool = False  # one broker over SASL_SSL and one Cassandra node with passwords
+
+    def __attrs_post_init__(self) -> None:
+        if self.cluster and self.secure:
+            raise DevStackError("choose --cluster or --secure: the cluster is not secured")
 
     @property
     def data_path(self) -> Path:
+        if self.secure:
+            return self.config.dev.secure_path
         return self.config.dev.cluster_path if self.cluster else self.config.dev.data_path
 
     def _services(self) -> dict[str, Service]:
+        if self.secure:
+            from cqrs.devstack.secure import secure_services
+
+            return {s.name: s for s in secure_services(self.config)}
         if self.cluster:
             from cqrs.devstack.cluster import cluster_services
 
@@ -128,6 +139,11 @@ class DevStack:
             from cqrs.devstack.cluster import cluster_toml, cluster_toml_path
 
             cluster_toml_path(self.config).write_text(cluster_toml(self.config))
+        if self.secure:
+            from cqrs.devstack.secure import create_role, write_secure_toml
+
+            create_role(self.config)
+            write_secure_toml(self.config)
         statuses = self.status()
         return [attrs.evolve(s, started_in_s=took.get(s.name)) for s in statuses]
 

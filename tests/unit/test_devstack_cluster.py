@@ -45,3 +45,18 @@ def test_min_insync_replicas_reaches_every_topic_only_when_set() -> None:
     strict = topic_settings(load_config(env={"CQRS_KAFKA_MIN_INSYNC_REPLICAS": "2"}), topics)
     assert {conf["min.insync.replicas"] for conf in strict.values()} == {"2"}
     assert strict[topics.events]["retention.ms"] == "-1"
+
+
+def test_the_secure_stack_configuration_file_is_private_and_complete(tmp_path: Path) -> None:
+    from cqrs.devstack.secure import secure_config, write_secure_toml
+
+    cfg = load_config(env={"CQRS_HOME": str(tmp_path)})
+    path = write_secure_toml(cfg)  # generates the CA, the broker's keystore and the passwords
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert oct((tmp_path / "secure" / "secrets.json").stat().st_mode & 0o777) == "0o600"
+    from_file = load_config(path, env={"CQRS_HOME": str(tmp_path)})
+    assert from_file == secure_config(cfg)
+    assert from_file.kafka.client_options()["security.protocol"] == "SASL_SSL"
+    assert Path(from_file.kafka.ssl_ca_location).read_text().startswith("-----BEGIN CERTIFICATE")
+    assert from_file.cassandra.password and from_file.cassandra.password not in repr(from_file)
+    assert from_file.kafka.bootstrap_servers.endswith(":39092")
