@@ -29,6 +29,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                          help="micro-batch interval of every query, e.g. '1 second' "
                          "(default: back to back)")
     run_app.add_argument("--no-projectors", action="store_true", help="run the processor only")
+    run_app.add_argument("--no-retrier", action="store_true",
+                         help="do not run the retry job (it runs when the app declares "
+                         "transient errors: App(retries=RetryPolicy(transient=[...])))")
     run_app.set_defaults(run=_run_app)
 
 
@@ -58,7 +61,7 @@ class Runner:
 
 
 def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
-                 projectors: bool = True, report: Any = _say) -> Runner:
+                 projectors: bool = True, retrier: bool = True, report: Any = _say) -> Runner:
     """Start the Spark session, the listener, the probes and the server of ``app_ref``; the
     queries start with :meth:`Runner.run`."""
     import os
@@ -101,6 +104,8 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
     for p in select(app, ()) if store is not None else []:
         specs.append(_projector_spec(spark, cfg, app_ref, p, store, trigger, board,
                                      topics.events, table_base(app.name, p.name)))
+    if retrier and app.retries.transient:
+        specs.append(_retrier_spec(spark, cfg, app_ref, board, topics.dead_letters))
 
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # noqa: SLF001
 
@@ -147,10 +152,29 @@ def _projector_spec(spark: Any, cfg: CqrsConfig, app_ref: str, projection: Any, 
     return QuerySpec(f"projector:{name}", "projector", events_topic, start, generation)
 
 
+def _retrier_spec(spark: Any, cfg: CqrsConfig, app_ref: str, board: Any, topic: str) -> Any:
+    """The retry job (as `run retrier`): its dead-letter query and its timer."""
+    from cqrs.ops.supervisor import QuerySpec
+    from cqrs.retrier.job import RetrierOptions, start_retrier
+
+    def on_ingest(_: int, s: Any) -> None:
+        board.count(letters_recorded=s.letters, letters_parked=s.parked)
+
+    def on_round(s: Any) -> None:
+        board.count(retries_delivered=s.delivered + s.found_delivered)
+
+    def start(_: int | None) -> Any:
+        return start_retrier(spark, cfg, RetrierOptions(app_ref), on_ingest=on_ingest,
+                             on_round=on_round)
+
+    return QuerySpec("retrier", "retrier", topic, start)
+
+
 def _run_app(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     import signal
 
-    runner = build_runner(cfg, args.app, trigger=args.trigger, projectors=not args.no_projectors)
+    runner = build_runner(cfg, args.app, trigger=args.trigger, projectors=not args.no_projectors,
+                          retrier=not args.no_retrier)
     stop = threading.Event()
     # SIGTERM (systemd, Kubernetes, kill) stops the queries between batches, like Ctrl-C
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -25,6 +25,12 @@ COUNTERS: dict[str, tuple[str, dict[str, str], str]] = {
                     "Records the processor wrote: events, results and dead letters."),
     "dead_letters_written": ("cqrs_dead_letters_written", {"stage": "processor"},
                              "Records written to a dead-letter topic, by stage."),
+    "letters_recorded": ("cqrs_retrier_letters_recorded", {},
+                         "Dead letters the retry job read and recorded."),
+    "letters_parked": ("cqrs_retrier_letters_parked", {},
+                       "Dead letters given up on (out of attempts, or not transient)."),
+    "retries_delivered": ("cqrs_retrier_retries_delivered", {},
+                          "Commands the retry job delivered again."),
 }
 
 PROCESSOR_PHASES = ("read_s", "step_s", "produce_s", "write_s", "cpu_s")
