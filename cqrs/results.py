@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import array
 import datetime as _dt
+import struct
 import sys
 from collections.abc import Sequence
 from typing import Final
@@ -15,6 +16,7 @@ from typing import Final
 import attrs
 
 from cqrs.domain._names import TYPE_ATTR
+from cqrs.domain.decision import event_id_for
 
 __all__ = [
     "ACCEPTED",
@@ -24,7 +26,9 @@ __all__ = [
     "AggregateRecord",
     "CommandResult",
     "SeenCommand",
+    "expand_seen",
     "kept_indices",
+    "seen_command",
 ]
 
 ACCEPTED: Final = "accepted"
@@ -61,11 +65,47 @@ class CommandResult:
 
 @attrs.frozen
 class SeenCommand:
-    """A command the processor has answered: its id, when it was issued, its encoded result."""
+    """A command the processor has answered: its id, when it was issued, and its result, either
+    encoded (a CommandResult, single-object Avro) or, for a plain acceptance, compact (see
+    :func:`seen_command`; :func:`expand_seen` gives the CommandResult back)."""
 
     command_id: str
     timestamp_ms: int
     result: bytes
+
+
+# A plain acceptance (no reason, code or error) is remembered as its varying fields only:
+# version, event count, source partition and offset, timestamp in microseconds. The rest is
+# known where it is read (command id, aggregate) or derived (event ids from the versions):
+# 33 bytes instead of ~130, and the dedup memory is most of an aggregate's state row.
+_COMPACT_MARK: Final = b"\x01"  # an encoded result starts with C3 01 (single-object marker)
+_COMPACT: Final = struct.Struct("<qIiqq")
+_EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_MICRO: Final = _dt.timedelta(microseconds=1)
+
+
+def seen_command(result: CommandResult, encoded: bytes) -> SeenCommand:
+    """What the dedup memory keeps of an answer (``encoded``: ``result``'s bytes)."""
+    ts = result.timestamp
+    ms = int(ts.timestamp() * 1000)
+    if (result.status == ACCEPTED and result.reason is None and result.code is None
+            and result.error_type is None and result.message is None):
+        return SeenCommand(result.command_id, ms, _COMPACT_MARK + _COMPACT.pack(
+            result.version, len(result.event_ids), result.source_partition,
+            result.source_offset, (ts - _EPOCH) // _MICRO))
+    return SeenCommand(result.command_id, ms, encoded)
+
+
+def expand_seen(seen: SeenCommand, aggregate_type: str, aggregate_id: str) -> CommandResult | None:
+    """The CommandResult of a compact entry of ``aggregate_type`` ``aggregate_id``'s memory;
+    ``None`` for an entry that holds the encoded result (decode ``seen.result`` then)."""
+    if not seen.result.startswith(_COMPACT_MARK):
+        return None
+    version, events, partition, offset, micros = _COMPACT.unpack_from(seen.result, 1)
+    return CommandResult(
+        seen.command_id, ACCEPTED, aggregate_type, aggregate_id, version,
+        _EPOCH + _dt.timedelta(microseconds=micros), partition, offset,
+        [event_id_for(aggregate_type, aggregate_id, v) for v in range(version - events + 1, version + 1)])
 
 
 def kept_indices(times_ms: Sequence[int], window_ms: int, max_count: int) -> list[int]:

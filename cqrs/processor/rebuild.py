@@ -43,7 +43,7 @@ from cqrs.processor.job import (
     start_processor,
 )
 from cqrs.kafka_io import watermarks
-from cqrs.results import FAILED, AggregateRecord, SeenCommand
+from cqrs.results import FAILED, AggregateRecord, SeenCommand, seen_command
 from cqrs.topics import AppTopics, topics_for
 
 if TYPE_CHECKING:
@@ -167,8 +167,7 @@ def _fold_group(cfg: CqrsConfig, opts: ProcessorOptions) -> Callable[[Any, pd.Da
             if res.status == FAILED and res.version < 0:
                 continue  # an unreadable command: the processor does not remember those
             if res.command_id not in firsts:  # re-written copies carry the same bytes
-                firsts[res.command_id] = (p, o, SeenCommand(
-                    res.command_id, int(res.timestamp.timestamp() * 1000), blob))
+                firsts[res.command_id] = (p, o, seen_command(res, blob))
         seen = step.window([s for _, _, s in sorted(firsts.values(), key=lambda t: t[:2])])
 
         record: bytes | None = None

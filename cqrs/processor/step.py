@@ -20,7 +20,6 @@ byte-identical records. No clock is read; de-duplication is windowed by command 
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -32,7 +31,8 @@ from cqrs.domain.decision import Accepted, CommandInput, Failed, RejectedOutcome
 from cqrs.envelope import CONTENT_TYPE, Envelope, Headers, event_to_kafka, from_kafka
 from cqrs.errors import CqrsError
 from cqrs.results import (
-    ACCEPTED, FAILED, REJECTED, AggregateRecord, CommandResult, SeenCommand, kept_indices,
+    ACCEPTED, FAILED, REJECTED, AggregateRecord, CommandResult, SeenCommand, expand_seen,
+    kept_indices, seen_command,
 )
 from cqrs.retries import ATTEMPT_HEADER
 from cqrs.topics import AppTopics
@@ -104,10 +104,6 @@ class _Pending:
     record: InputRecord
     envelope: Envelope
     command: Any
-
-
-def _ms(ts: _dt.datetime) -> int:
-    return int(ts.timestamp() * 1000)
 
 
 class AggregateStep:
@@ -245,7 +241,7 @@ class AggregateStep:
                 result = self._result(p, aggregate_type, aggregate_id, outcome)
                 result_bytes = self.codec.encode(result)
                 out.append(self._result_record(result, result_bytes, p.envelope, aggregate_headers))
-                new_seen.append(SeenCommand(result.command_id, _ms(result.timestamp), result_bytes))
+                new_seen.append(seen_command(result, result_bytes))
             if decision.version != version:
                 version = decision.version
                 deleted = decision.state is None and version > 0
@@ -253,9 +249,13 @@ class AggregateStep:
                 agg_state = decision.state
 
         by_id = {s.command_id: s for s in [*(current.seen if duplicates else ()), *new_seen]}
-        for dup_env, cid in duplicates:
+        for dup_env, cid in duplicates:  # the first answer again, byte for byte
             first = by_id[cid]
-            out.append(self._result_record(self.codec.decode(first.result), first.result, dup_env))
+            answer = expand_seen(first, aggregate_type, aggregate_id)
+            if answer is None:
+                out.append(self._result_record(self.codec.decode(first.result), first.result, dup_env))
+            else:
+                out.append(self._result_record(answer, self.codec.encode(answer), dup_env))
 
         if not new_seen and version == current.version:
             return StepResult(None, agg_state, out)  # nothing to store
