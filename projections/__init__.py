@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from projections.errors import (
     CategoryKeyChangedError,
+    DeadLetterRaisedError,
     GenerationError,
     PageTokenError,
     ProjectionDefinitionError,
@@ -30,6 +31,7 @@ __all__ = [
     "DELETE",
     "CategoryKeyChangedError",
     "CategoryProjection",
+    "DeadLetterRaisedError",
     "Delete",
     "EventMeta",
     "GenerationError",

@@ -6,6 +6,7 @@ from cqrs.errors import CqrsError
 
 __all__ = [
     "CategoryKeyChangedError",
+    "DeadLetterRaisedError",
     "GenerationError",
     "PageTokenError",
     "ProjectionDefinitionError",
@@ -69,3 +70,13 @@ class ViewKeyError(ProjectionError, RuntimeError):
     The batch fails (the projector stops and retries it from its checkpoint when restarted):
     an event without a view key cannot park a view, and dropping it would lose it for good.
     """
+
+
+class DeadLetterRaisedError(ProjectionError, RuntimeError):
+    """The local projector met events it could not apply (a handler failed, or the aggregate
+    is parked): raised unless it was asked to collect them (``collect_dead_letters=True``),
+    so that a test does not pass over a failing handler. The letters are in ``letters``."""
+
+    def __init__(self, message: str, letters: list[object]) -> None:
+        super().__init__(message)
+        self.letters = letters

@@ -16,6 +16,7 @@ from typing import Any
 
 from cqrs.domain.messages import type_name
 from projections.apply import BatchStats, Target, apply_batch
+from projections.errors import DeadLetterRaisedError
 from projections.model import Projection, select
 from projections.records import DeadLetter, EventRecord, Generations
 from projections.store import ProjectionStore, table_base
@@ -63,11 +64,20 @@ def ensure_current_generation(store: ProjectionStore, projection: Projection, ba
 
 
 class LocalProjector:
-    """Applies event records to an app's projections (all, or those named) in a store."""
+    """Applies event records to an app's projections (all, or those named) in a store.
 
-    def __init__(self, app: Any, store: ProjectionStore, names: Sequence[str] = ()) -> None:
+    An event a projection cannot apply (its handler raised, or its aggregate is parked behind
+    one that did) is a dead letter, as in the Spark projector: the view keeps the fold up to the
+    event before. Here :meth:`apply` then raises :class:`DeadLetterRaisedError` naming it, after
+    the batch is stored, so a failing handler does not go unnoticed in a test; with
+    ``collect_dead_letters=True`` the letters are only added to :attr:`dead_letters`.
+    """
+
+    def __init__(self, app: Any, store: ProjectionStore, names: Sequence[str] = (), *,
+                 collect_dead_letters: bool = False) -> None:
         self.app = app
         self.store = store
+        self.collect_dead_letters = collect_dead_letters
         self.targets = []
         for p in select(app, names):
             base = table_base(app.name, p.name)
@@ -77,7 +87,16 @@ class LocalProjector:
     def apply(self, records: Iterable[EventRecord]) -> BatchStats:
         records = list(records)
         total = BatchStats()
+        new: list[DeadLetter] = []
         for target in self.targets:
-            total.add(apply_batch(self.store, target, records, self.app.codec.decode,
-                                  self.dead_letters.extend))
+            total.add(apply_batch(self.store, target, records, self.app.codec.decode, new.extend))
+        self.dead_letters.extend(new)
+        if new and not self.collect_dead_letters:
+            first = new[0]
+            raise DeadLetterRaisedError(
+                f"{len(new)} event(s) not applied; the first: {first.record.message_type} "
+                f"version {first.record.version} of aggregate {first.record.aggregate_id!r} "
+                f"({first.reason}: {first.error}). Fix the handler, or pass "
+                "collect_dead_letters=True to keep them in .dead_letters (as the Spark projector "
+                "keeps them in its dead-letter topic)", list(new))
         return total

@@ -178,7 +178,7 @@ def test_poisoned_event_parks_only_its_aggregate_until_replayed(
     poison = 7919
     POISON_FILE.write_text(f"{poison}\n")
     try:
-        local = LocalProjector(app, store, ["balances"])
+        local = LocalProjector(app, store, ["balances"], collect_dead_letters=True)
         log = records_for(app, [("p", AccountOpened("ann")), ("p", Deposited(poison)),
                                 ("ok", AccountOpened("bob"))], versions=versions)
         log += records_for(app, [("p", Deposited(1)), ("ok", Deposited(2))], versions=versions)
@@ -250,7 +250,7 @@ def test_rekeyed_failing_handler_parks_the_view_until_replayed(store: Projection
     versions: dict[str, int] = {}
     POISON_FILE.write_text(f"{poison}\n")
     try:
-        local = LocalProjector(app, store, ["movements_by_band"])
+        local = LocalProjector(app, store, ["movements_by_band"], collect_dead_letters=True)
         log = records_for(app, [("a", AccountOpened("ann")), ("b", AccountOpened("bob")),
                                 ("a", Deposited(7920)), ("b", Deposited(poison)),
                                 ("a", Deposited(7921)), ("b", Deposited(5))], versions=versions)

@@ -205,3 +205,25 @@ def test_a_bad_view_key_fails_the_batch_naming_the_event() -> None:
     local = LocalProjector(app, SqliteStore(":memory:"))
     with pytest.raises(ViewKeyError, match=r"returned 7 .*'acc-1'"):
         local.apply(records_for(app, [("acc-1", AccountOpened("ann")), ("acc-1", Deposited(7))]))
+
+
+def test_the_local_projector_raises_on_a_dead_letter_unless_asked_to_collect_them() -> None:
+    import pytest
+
+    from projections import DeadLetterRaisedError, LocalProjector, SqliteStore, records_for
+    from projections.testing import POISON_FILE, make_bank_app
+    from cqrs.testing.example import AccountOpened, Deposited
+
+    app = make_bank_app("local-dead")
+    poison = records_for(app, [("a1", AccountOpened("ann")), ("a1", Deposited(13))])
+    POISON_FILE.parent.mkdir(parents=True, exist_ok=True)
+    POISON_FILE.write_text("13")
+    try:
+        with pytest.raises(DeadLetterRaisedError, match=r"version 2 of aggregate 'a1' \(handler: "
+                                                         r"ValueError: poisoned deposit amount 13\)"):
+            LocalProjector(app, SqliteStore(":memory:"), ["balances"]).apply(poison)
+        collecting = LocalProjector(app, SqliteStore(":memory:"), ["balances"], collect_dead_letters=True)
+        collecting.apply(poison)
+        assert [(d.record.version, d.reason) for d in collecting.dead_letters] == [(2, "handler")]
+    finally:
+        POISON_FILE.unlink(missing_ok=True)
