@@ -210,20 +210,24 @@ def test_a_bad_view_key_fails_the_batch_naming_the_event() -> None:
 def test_the_local_projector_raises_on_a_dead_letter_unless_asked_to_collect_them() -> None:
     import pytest
 
-    from projections import DeadLetterRaisedError, LocalProjector, SqliteStore, records_for
-    from projections.testing import POISON_FILE, make_bank_app
-    from cqrs.testing.example import AccountOpened, Deposited
+    from cqrs.app import App
+    from cqrs.testing.example import Account, AccountHandler, AccountOpened, Deposited
+    from projections import DeadLetterRaisedError, LocalProjector, Projection, SqliteStore, records_for
 
-    app = make_bank_app("local-dead")
-    poison = records_for(app, [("a1", AccountOpened("ann")), ("a1", Deposited(13))])
-    POISON_FILE.parent.mkdir(parents=True, exist_ok=True)
-    POISON_FILE.write_text("13")
-    try:
-        with pytest.raises(DeadLetterRaisedError, match=r"version 2 of aggregate 'a1' \(handler: "
-                                                         r"ValueError: poisoned deposit amount 13\)"):
-            LocalProjector(app, SqliteStore(":memory:"), ["balances"]).apply(poison)
-        collecting = LocalProjector(app, SqliteStore(":memory:"), ["balances"], collect_dead_letters=True)
-        collecting.apply(poison)
-        assert [(d.record.version, d.reason) for d in collecting.dead_letters] == [(2, "handler")]
-    finally:
-        POISON_FILE.unlink(missing_ok=True)
+    class Fragile(Projection):
+        name, aggregate, key = "fragile", Account, "account_id"
+        columns, defaults = {"balance": int}, {"balance": 0}
+
+        def on_deposited(self, view: dict, e: Deposited) -> None:
+            if e.amount == 13:
+                raise ValueError("unlucky amount 13")
+            view["balance"] += e.amount
+
+    app = App("local-dead", aggregates=[Account], handlers=[AccountHandler], projections=[Fragile])
+    log = records_for(app, [("a1", AccountOpened("ann")), ("a1", Deposited(13))])
+    with pytest.raises(DeadLetterRaisedError, match=r"version 2 of aggregate 'a1' \(handler: "
+                                                     r"ValueError: unlucky amount 13\)"):
+        LocalProjector(app, SqliteStore(":memory:")).apply(log)
+    collecting = LocalProjector(app, SqliteStore(":memory:"), collect_dead_letters=True)
+    collecting.apply(log)
+    assert [(d.record.version, d.reason) for d in collecting.dead_letters] == [(2, "handler")]
