@@ -28,7 +28,7 @@ from cqrs.errors import CqrsError
 from cqrs.kafka_io import KafkaRecord, OffsetReader, make_consumer, make_producer
 from cqrs.retries import ATTEMPT_HEADER
 from cqrs.retrier.plan import (
-    DONE, PARKED, WAITING, bucket_of, classify, due_ms, letter_id, redelivery,
+    PARKED, WAITING, bucket_of, classify, due_ms, letter_id, redelivery,
 )
 from cqrs.retrier.store import AttemptRow, DueEntry, RetryStore, now_ms
 from cqrs.topics import AppTopics
@@ -108,11 +108,12 @@ class Retrier:
                                     row.command_id, row.attempt))
             if inserted and d.transient and d.final:
                 parked.append(d)
-            if d.attempt > 1:
-                self.store.set_attempt(row.command_id, d.attempt - 1, if_exists=True,
-                                       outcome="failed again")
-            self.store.put_letter(row.command_id, d.timestamp_ms * 1000 + d.attempt,
-                                  **self._letter_columns(d, row))
+        # the previous attempt failed again; the letter's row (a later letter's time wins)
+        self.store.set_outcomes([(r.command_id, d.attempt - 1, "failed again")
+                                 for d, r in zip(letters, rows, strict=True) if d.attempt > 1])
+        self.store.put_letters([(r.command_id, d.timestamp_ms * 1000 + d.attempt,
+                                 self._letter_columns(d, r))
+                                for d, r in zip(letters, rows, strict=True)])
         stats.waiting, stats.parked = len(due), sum(1 for r in rows if r.state == PARKED)
         for d in parked:
             self.producer.produce(self.topics.parked, key=d.key, value=d.value,
@@ -191,8 +192,8 @@ class Retrier:
                               for t, r in self._offsets.items()})
         send: list[tuple[DueEntry, AttemptRow]] = []
         done: list[tuple[DueEntry, AttemptRow]] = []
-        for entry in entries:
-            row = self.store.attempt(entry.command_id, entry.attempt)
+        found = self.store.attempts_of([(e.command_id, e.attempt) for e in entries])
+        for entry, row in zip(entries, found, strict=True):
             state = row.state if row is not None else None
             if row is not None and state == WAITING:
                 applied, state = self.store.change_state(
@@ -220,10 +221,7 @@ class Retrier:
                                f"({self.topics.commands}) within 30 s; the next round checks "
                                "the topic and sends what is missing")
         stats.delivered = len(send)
-        for entry, row in [*send, *done]:
-            self.store.set_attempt(row.command_id, row.attempt, state=DELIVERED, delivered_ms=now)
-            self.store.put_letter(row.command_id, now * 1000, state=DONE)
-            self.store.delete_due([entry])
+        self.store.finish_deliveries([(entry, now * 1000) for entry, _ in [*send, *done]], now)
 
     def _in_commands_topic(self, row: AttemptRow) -> bool:
         """Whether attempt ``row.attempt + 1`` of the command was produced after the ends noted

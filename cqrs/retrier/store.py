@@ -197,6 +197,27 @@ class RetryStore:
             "command_id = ? AND attempt = ?"), (self.app, command_id, attempt)))
         return _attempt(rows[0]) if rows else None
 
+    def attempts_of(self, keys: Sequence[tuple[str, int]]) -> list[AttemptRow | None]:
+        """The attempts ``(command_id, attempt)``, read concurrently, in order."""
+        stmt = self.db.prepare(f"SELECT {', '.join(_ATTEMPT_COLUMNS)} FROM {ATTEMPTS} WHERE "
+                               "app = ? AND command_id = ? AND attempt = ?")
+        results = self.db.concurrent(stmt, [(self.app, c, a) for c, a in keys])
+        return [next((_attempt(r) for r in rows), None) for rows in results]
+
+    def finish_deliveries(self, done: Sequence[tuple[DueEntry, int]], at_ms: int) -> None:
+        """Mark delivered the retries of these entries (delivered at ``at_ms``, state ``done``
+        for their letters, written at ``at_us``), and delete the entries, concurrently."""
+        mark = self.db.prepare(f"UPDATE {ATTEMPTS} SET state = 'delivered', delivered_ms = ? "
+                               "WHERE app = ? AND command_id = ? AND attempt = ?", write=True)
+        letter = self.db.prepare(f"INSERT INTO {LETTERS} (app, command_id, state) VALUES "
+                                 "(?, ?, 'done') USING TIMESTAMP ?", write=True)
+        statements: list[tuple[Any, Sequence[Any]]] = []
+        for e, at_us in done:
+            statements += [(mark, (at_ms, self.app, e.command_id, e.attempt)),
+                           (letter, (self.app, e.command_id, at_us))]
+        self.db.concurrent_statements(statements, "marking retries delivered")
+        self.delete_due([e for e, _ in done])
+
     def attempts(self, command_id: str) -> list[AttemptRow]:
         rows = self.db.execute(self.db.prepare(
             f"SELECT {', '.join(_ATTEMPT_COLUMNS)} FROM {ATTEMPTS} WHERE app = ? AND "
@@ -233,6 +254,24 @@ class RetryStore:
         stmt = self.db.prepare(f"INSERT INTO {LETTERS} ({cols}) VALUES ({marks}) USING TIMESTAMP ?",
                                write=True)
         self.db.execute(stmt, (self.app, command_id, *columns.values(), at_us))
+
+    def put_letters(self, writes: Sequence[tuple[str, int, dict[str, Any]]]) -> None:
+        """Several :meth:`put_letter` calls ``(command_id, at_us, columns)``, concurrently
+        (their order does not matter: the write timestamps decide)."""
+        statements = []
+        for command_id, at_us, columns in writes:
+            cols = ", ".join(("app", "command_id", *columns))
+            marks = ", ".join("?" * (len(columns) + 2))
+            stmt = self.db.prepare(f"INSERT INTO {LETTERS} ({cols}) VALUES ({marks}) USING "
+                                   "TIMESTAMP ?", write=True)
+            statements.append((stmt, (self.app, command_id, *columns.values(), at_us)))
+        self.db.concurrent_statements(statements, f"writes of {LETTERS}")
+
+    def set_outcomes(self, outcomes: Sequence[tuple[str, int, str]]) -> None:
+        """``(command_id, attempt, outcome)`` set on attempts that exist, concurrently."""
+        stmt = self.db.prepare(f"UPDATE {ATTEMPTS} SET outcome = ? WHERE app = ? AND "
+                               "command_id = ? AND attempt = ? IF EXISTS", write=True)
+        self.db.concurrent(stmt, [(o, self.app, c, a) for c, a, o in outcomes])
 
     def letters(self) -> list[LetterRow]:
         rows = self.db.execute(self.db.prepare(
