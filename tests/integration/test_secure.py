@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,10 +22,11 @@ from cqrs.config import CqrsConfig, load_config
 from cqrs.devstack import artifacts
 from cqrs.devstack.secure import secure_toml_path
 from cqrs.devstack.stack import DevStack
-from cqrs.testing.example import Deposit, OpenAccount
-from cqrs.testing.example_app import app
+from domain_examples.bank import Deposit, OpenAccount, app
+from projections import ProjectionReader
+from projections.stores import cached_store
 
-APP_REF = "cqrs.testing.example_app:app"
+APP_REF = "domain_examples.bank:app"
 
 
 @attrs.frozen
@@ -82,28 +84,45 @@ def test_strangers_are_refused(secure: Secure) -> None:
     CassandraSession(cfg.cassandra).close()  # the right credentials work
 
 
-def test_processor_and_clients_over_sasl_ssl_and_passwords(secure: Secure) -> None:
-    log = secure.tmp / "processor.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "cqrs.cli.main", "run", "processor", APP_REF],
+def _start(secure: Secure, job: str) -> subprocess.Popen[bytes]:
+    with (secure.tmp / f"{job}.log").open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "cqrs.cli.main", "run", job, APP_REF],
                                 env=secure.env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+
+
+def test_processor_projector_and_clients_over_sasl_ssl_and_passwords(secure: Secure) -> None:
+    # the processor reads and writes Kafka from Python (librdkafka), the projector through
+    # Spark's Kafka source (the Java client: JAAS line and PEM truststore)
+    jobs = [_start(secure, "processor"), _start(secure, "projector")]
     try:
         with CommandClient(app, secure.cfg) as client:
             opened = client.send_and_wait("acc-s", OpenAccount("ann"), expected_version=0,
-                                          timeout=180)
+                                          timeout=240)
             assert (opened.status, opened.version) == ("accepted", 1), opened
-            dep = client.send_and_wait("acc-s", Deposit(5), timeout=60)
+            dep = client.send_and_wait("acc-s", Deposit(5_00), timeout=60)
             assert (dep.status, dep.version) == ("accepted", 2), dep
         with StateReader(app, secure.cfg) as states:
             acc = states.get("acc-s", min_version=2, timeout=30)
-            assert acc is not None and acc.state.balance == 5
-        assert proc.poll() is None
+            assert acc is not None and acc.state.balance_cents == 5_00
+        reader = ProjectionReader(app, cached_store(secure.cfg))
+        deadline = time.monotonic() + 180
+        row = None
+        while time.monotonic() < deadline:
+            row = reader.get("balances", "acc-s")
+            if row is not None and row["balance_cents"] == 5_00:
+                break
+            assert all(j.poll() is None for j in jobs), "a job exited; see its log"
+            time.sleep(2)
+        assert row is not None and row["balance_cents"] == 5_00 and row["owner"] == "ann", row
+        assert all(j.poll() is None for j in jobs)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(60)
-    text = log.read_text(errors="replace")
-    assert "batch" in text  # the log was written
-    for secret in (secure.cfg.kafka.sasl_password, secure.cfg.cassandra.password):
-        assert secret not in text
+        for j in jobs:
+            if j.poll() is None:
+                os.killpg(j.pid, signal.SIGTERM)
+                j.wait(60)
+    for job in ("processor", "projector"):
+        text = (secure.tmp / f"{job}.log").read_text(errors="replace")
+        assert "running" in text, text[-3000:]  # the log was written
+        for secret in (secure.cfg.kafka.sasl_password, secure.cfg.cassandra.password):
+            assert secret not in text, job
