@@ -124,3 +124,14 @@ def test_an_operators_retry_of_a_retried_letter_drops_the_attempt_header() -> No
     key, value, headers = retry_record(dead)
     assert ATTEMPT_HEADER not in dict(headers)
     assert from_kafka(key, value, headers)[0].command_id == "cmd-1~retry@0:5"
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "trace", ATTEMPT_HEADER, "cqrs.x"]),
+                          st.binary(max_size=4)), max_size=8), st.integers(2, 50))
+def test_a_redelivery_carries_exactly_one_attempt_header_and_the_rest_unchanged(
+        headers: list[tuple[str, bytes]], attempt: int) -> None:
+    _, _, out = redelivery(b"k", b"v", headers, attempt)
+    assert [v for k, v in out if k == ATTEMPT_HEADER] == [str(attempt).encode()]
+    assert [h for h in out if h[0] != ATTEMPT_HEADER] == [h for h in headers
+                                                          if h[0] != ATTEMPT_HEADER]
+    assert redelivery(b"k", b"v", out, attempt)[2] == out  # delivering it again changes nothing
