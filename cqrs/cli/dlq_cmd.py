@@ -130,6 +130,9 @@ def _list(cfg: CqrsConfig, args: argparse.Namespace) -> int:
         print()
     print(f"{len(listing.letters)} letter(s) shown; all letters of {topics.base}: {counts}. "
           "History: `cqrs dlq show APP COMMAND_ID`")
+    if not sum(listing.counts.values()):
+        print("(letters are recorded by the retry job, `cqrs run retrier APP` or `cqrs run app "
+              "APP`; `cqrs dlq list APP --raw` reads the dead-letters topic itself)")
     return 0
 
 
