@@ -32,6 +32,7 @@ __all__ = [
     "ProjectionSettings",
     "RetrierSettings",
     "SparkSettings",
+    "cache_key",
     "load_config",
     "settings_reference",
 ]
@@ -51,6 +52,16 @@ def setting(default: Any, env: str | None, doc: str, *, secret: bool = False) ->
 
 def _masked(value: Any) -> str:
     return "'***'" if value else "''"
+
+
+def cache_key(*parts: Any) -> str:
+    """A key for a per-process cache of things built from configuration (a store, a worker):
+    equal for equal settings, secrets included (a repr masks them, so two configurations that
+    differ only in a password would share an entry), and shows no secret itself."""
+    import hashlib
+    import pickle
+
+    return hashlib.sha256(pickle.dumps(parts)).hexdigest()
 
 
 @attrs.frozen

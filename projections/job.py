@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from cqrs.config import CqrsConfig
+from cqrs.config import CqrsConfig, cache_key
 from cqrs.processor.job import header_expr
 from cqrs.spark_session import with_trigger
 from cqrs.topics import topics_for
@@ -98,7 +98,7 @@ class _WorkerContext:
 
 
 def _context(cfg: CqrsConfig, opts: ProjectorOptions) -> _WorkerContext:
-    key = repr((cfg, opts))
+    key = cache_key(cfg, opts)
     with _CONTEXTS_LOCK:
         ctx = _CONTEXTS.get(key)
         if ctx is None:

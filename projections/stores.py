@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from cqrs.config import CqrsConfig
+from cqrs.config import CqrsConfig, cache_key
 from projections.errors import ProjectionStoreError
 from projections.store import ProjectionStore
 
@@ -32,7 +32,7 @@ def open_store(cfg: CqrsConfig) -> ProjectionStore:
 
 def cached_store(cfg: CqrsConfig) -> ProjectionStore:
     """The store for ``cfg``, opened once per process (Spark Python workers reuse it)."""
-    key = repr((cfg.projections, cfg.cassandra))
+    key = cache_key(cfg.projections, cfg.cassandra)
     with _LOCK:
         store = _CACHE.get(key)
         if store is None:

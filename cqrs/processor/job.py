@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from cqrs.config import CqrsConfig
+from cqrs.config import cache_key as config_key
 from cqrs.kafka_io import watermarks
 from cqrs.processor.partition import STATS_FIELDS, SliceStats, Worker
 from cqrs.processor.step import AggregateStep, DedupPolicy
@@ -71,7 +72,7 @@ def step_for(cfg: CqrsConfig, opts: ProcessorOptions) -> AggregateStep:
 
 def worker_for(cfg: CqrsConfig, opts: ProcessorOptions, with_io: bool = True) -> Worker:
     """This process's worker for a processor (``with_io``: with its state table and producer)."""
-    cache_key = repr((cfg, opts, with_io))
+    cache_key = config_key(cfg, opts, with_io)
     with _WORKERS_LOCK:
         worker = _WORKERS.get(cache_key)
         if worker is None:

@@ -107,3 +107,14 @@ def test_checkpoint_location_expands_home_only_for_local_paths() -> None:
     assert local.spark.checkpoint_location("q1") == str(Path.home() / "ck" / "q1")
     remote = load_config(env={"CQRS_SPARK_CHECKPOINT_DIR": "s3a://bucket/ck/"})
     assert remote.spark.checkpoint_location("app", "q1") == "s3a://bucket/ck/app/q1"
+
+
+def test_cache_keys_tell_configurations_apart_by_their_secrets_too() -> None:
+    from cqrs.config import cache_key
+
+    a = load_config(env={"CQRS_CASSANDRA_PASSWORD": "one"})
+    b = load_config(env={"CQRS_CASSANDRA_PASSWORD": "two"})
+    assert repr(a) == repr(b)  # the repr masks them ...
+    assert cache_key(a.cassandra) != cache_key(b.cassandra)  # ... the cache key does not
+    assert cache_key(a.cassandra) == cache_key(load_config(env={"CQRS_CASSANDRA_PASSWORD": "one"}).cassandra)
+    assert "one" not in cache_key(a.cassandra)
