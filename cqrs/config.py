@@ -366,6 +366,12 @@ class ProcessorSettings:
         "Aggregate-state rows per Cassandra request (IN reads, unlogged batches); 1: a request "
         "per row.",
     )
+    max_commands_per_batch: int = setting(
+        100000, "CQRS_PROCESSOR_MAX_COMMANDS_PER_BATCH",
+        "Commands a micro-batch takes at most when more wait (0: all of them): bounds the "
+        "Python workers' memory, which holds a batch's commands and records, whatever the "
+        "backlog; `cqrs run processor --max-offsets-per-trigger` overrides it.",
+    )
 
 
 @attrs.frozen

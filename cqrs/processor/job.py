@@ -167,7 +167,9 @@ def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions
     finally:
         table.close()
     opts = attrs.evolve(opts, topics=topics, results_partitions=len(watermarks(cfg, topics.results)),
-                        state_generation=generation)
+                        state_generation=generation,
+                        max_offsets_per_trigger=(opts.max_offsets_per_trigger
+                                                 or cfg.processor.max_commands_per_batch or None))
     publish_app_schemas(cfg, topics, app)
     register_source(spark)
     settings = SourceSettings(cfg, opts, topics.commands, starting_offsets,
