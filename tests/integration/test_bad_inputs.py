@@ -29,7 +29,7 @@ from cqrs.client import encode_command
 from cqrs.codec.single_object import MAGIC
 from cqrs.config import CqrsConfig
 from cqrs.envelope import CONTENT_TYPE, from_kafka
-from cqrs.errors import CqrsError
+from cqrs.errors import CqrsError, MalformedHeaderError
 from cqrs.kafka_io import KafkaRecord, make_producer, read_to_end
 from cqrs.results import CommandResult
 from cqrs.topics import AppTopics, ensure_topics, topics_for
@@ -129,17 +129,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def running(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     """One processor for the module's inputs that leave it running."""
     run = _start(cqrs_config, tmp_path_factory.mktemp("bad_inputs"))
-    try:
-        yield run
-    finally:
-        _stop(run.proc)
-
-
-@pytest.fixture
-def isolated(cqrs_config: CqrsConfig, tmp_path: Path) -> Iterator[Running]:
-    """A processor of its own, for an input that stops it (a poison record would stop every
-    restart on the same topics again)."""
-    run = _start(cqrs_config, tmp_path)
     try:
         yield run
     finally:
@@ -346,28 +335,23 @@ def test_a_payload_near_kafkas_limit_is_processed(running: Running) -> None:
     assert app.codec.decode(events[0].value) == Written(text)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "processor bug: a command whose aggregate id is longer than Cassandra's 65,535-byte "
-    "partition-key limit reaches the state-table read (SELECT ... WHERE aggregate_id IN ?), "
-    "Cassandra refuses it ('Key length of 65545 is longer than maximum of 65535'), the "
-    "micro-batch fails and the query stops, instead of a dead letter for that command"))
-def test_a_key_over_cassandras_limit_is_a_dead_letter(isolated: Running) -> None:
-    cid, key, value, headers = encode_command(app, "k" * (CASSANDRA_MAX_KEY + 10), Write("x"))
-    isolated.raw(key, value, headers)
-    ok = isolated.good("n-after-long-key")
-    results = isolated.answer(ok)
-    assert results[ok].status == "accepted"
-    assert cid in results or len(isolated.dead_letters()) == 1
+def test_a_key_over_cassandras_limit_is_a_dead_letter(running: Running) -> None:
+    with pytest.raises(MalformedHeaderError, match="65,535"):  # the client refuses it
+        encode_command(app, "k" * (CASSANDRA_MAX_KEY + 10), Write("x"))
+    _, _, value, headers = encode_command(app, "short", Write("x"))
+    running.raw(b"k" * (CASSANDRA_MAX_KEY + 10), value, headers)  # another producer does not
+    ok = running.good("n-after-long-key")
+    assert running.answer(ok)[ok].status == "accepted"
+    (dead,) = running.dead_letters(b"k" * (CASSANDRA_MAX_KEY + 10))
+    assert _stage_and_error(dead)[0] == "envelope" and b"65,535" in dict(dead.headers)["cqrs.dlq.error"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "processor bug: a command record with an empty key (b'') passes the envelope checks, its "
-    "empty aggregate id reaches the state-table read, Cassandra refuses it ('Key may not be "
-    "empty'), the micro-batch fails and the query stops; expected: a dead letter"))
-def test_an_empty_key_is_a_dead_letter(isolated: Running) -> None:
+def test_an_empty_key_is_a_dead_letter(running: Running) -> None:
     _, _, value, headers = encode_command(app, "ignored", Write("x"))
-    isolated.raw(b"", value, headers)
-    ok = isolated.good("n-after-empty")
-    assert isolated.answer(ok)[ok].status == "accepted"
-    dead = isolated.dead_letters()
+    running.raw(b"", value, headers)
+    with pytest.raises(MalformedHeaderError, match="is empty"):  # the client refuses it
+        encode_command(app, "", Write("x"))
+    ok = running.good("n-after-empty")
+    assert running.answer(ok)[ok].status == "accepted"
+    dead = running.dead_letters(b"")
     assert [_stage_and_error(d)[0] for d in dead] == ["envelope"], dead

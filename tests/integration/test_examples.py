@@ -70,7 +70,7 @@ class Example:
         records = [event_record(r.key, r.value, r.headers, r.partition, r.offset)
                    for r in read_to_end(self.cfg, [self.topics.events])]
         oracle = SqliteStore(":memory:")
-        LocalProjector(self.app, oracle).apply(records)
+        LocalProjector(self.app, oracle, collect_dead_letters=True).apply(records)
         return oracle
 
     def tables(self, store: ProjectionStore) -> dict[str, Any]:

@@ -78,7 +78,7 @@ class Log:
 
     def clean_fold(self) -> SqliteStore:
         oracle = SqliteStore(":memory:")
-        LocalProjector(app, oracle).apply(self.records())
+        LocalProjector(app, oracle, collect_dead_letters=True).apply(self.records())
         return oracle
 
     def store(self) -> ProjectionStore:
