@@ -237,16 +237,18 @@ class DevSettings:
         "`dev up --cluster`: Spark workers (two cores each; an app gets one core of each)."
     )
     secure_kafka_port: int = setting(
-        39092, "CQRS_DEV_SECURE_KAFKA_PORT",
+        23092, "CQRS_DEV_SECURE_KAFKA_PORT",
         "`dev up --secure`: SASL_SSL port of the broker (its controller listens on +1, its "
-        "own PLAINTEXT listener for itself on +2).",
+        "own PLAINTEXT listener for itself on +2). Keep the dev ports below the kernel's "
+        "ephemeral range (32768 and up here): a client's outgoing connection can hold such a "
+        "port and the broker then fails to bind it.",
     )
     secure_cassandra_port: int = setting(
-        39042, "CQRS_DEV_SECURE_CASSANDRA_PORT",
+        23042, "CQRS_DEV_SECURE_CASSANDRA_PORT",
         "`dev up --secure`: CQL port of the password-protected Cassandra node.",
     )
     secure_cassandra_storage_port: int = setting(
-        37000, "CQRS_DEV_SECURE_CASSANDRA_STORAGE_PORT",
+        23000, "CQRS_DEV_SECURE_CASSANDRA_STORAGE_PORT",
         "`dev up --secure`: internode port of that node.",
     )
     cluster_spark_worker_memory: str = setting(

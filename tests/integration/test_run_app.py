@@ -285,11 +285,14 @@ def test_top_prints_the_same_figures(stack: Stack) -> None:
 
 
 def _batch_totals(output: str, unit: str) -> int:
-    """The sum of ``N <unit>`` over the ``batch ...: N <unit>, ...`` lines a job printed."""
+    """The sum of ``N <unit>`` over the ``batch ...: N <unit> ...`` lines a job printed."""
+    import re
+
     total = 0
     for line in output.splitlines():
-        if " batch " in f" {line}" and f" {unit}," in line:
-            total += int(line.split(": ", 1)[1].split(" ", 1)[0].replace(",", ""))
+        found = re.search(rf"(?:^|\s)batch \S+: ([\d,]+) {unit}\b", line)
+        if found:
+            total += int(found.group(1).replace(",", ""))
     return total
 
 

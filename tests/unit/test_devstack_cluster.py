@@ -59,4 +59,4 @@ def test_the_secure_stack_configuration_file_is_private_and_complete(tmp_path: P
     assert from_file.kafka.client_options()["security.protocol"] == "SASL_SSL"
     assert Path(from_file.kafka.ssl_ca_location).read_text().startswith("-----BEGIN CERTIFICATE")
     assert from_file.cassandra.password and from_file.cassandra.password not in repr(from_file)
-    assert from_file.kafka.bootstrap_servers.endswith(":39092")
+    assert from_file.kafka.bootstrap_servers.endswith(":23092")
