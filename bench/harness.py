@@ -19,6 +19,7 @@ import attrs
 
 from cqrs.app import App
 from cqrs.client import encode_command
+from cqrs.envelope import read_command
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import make_consumer, make_producer
 from cqrs.topics import AppTopics, ensure_topics, topics_for
@@ -65,10 +66,16 @@ def timeout_for(count: int, floor_s: float = 900.0, per_s: float = 200.0) -> flo
 
 
 def command_id_header(msg: Any) -> bytes | None:
-    """The command id a copied command carries in its headers (the floor's copy topic)."""
-    for name, value in msg.headers() or ():
+    """The command id of a copied command (the floor's copy topic): from its command record,
+    or from its headers for a command in the older header form."""
+    key, value = msg.key(), msg.value()
+    if key and value:
+        found = read_command(key.decode("utf-8", "replace"), value)
+        if found is not None:
+            return (found[0].command_id or found[0].message_id).encode()
+    for name, header in msg.headers() or ():
         if name == COMMAND_ID_HEADER:
-            return value
+            return header
     return None
 
 
