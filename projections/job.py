@@ -26,7 +26,7 @@ from cqrs.topics import topics_for
 from projections.apply import BatchStats, Target, apply_batch
 from projections.dlq import dead_letter_topic, ensure_dead_letter_topic, to_dlq_record
 from projections.errors import ProjectionStoreError
-from projections.records import DeadLetter, EventRecord
+from projections.records import EventRecord
 from projections.stores import cached_store
 from projections.store import table_base
 

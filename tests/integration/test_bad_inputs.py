@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from cqrs.topics import AppTopics, ensure_topics, topics_for
 APPS = Path(__file__).parent / "apps"
 sys.path.insert(0, str(APPS))
 from bad_inputs_app import NotEvents, SendForeign, Write, Written, app  # noqa: E402
+from process_group import stop
 
 APP_REF = "bad_inputs_app:app"
 WAIT = 120.0
@@ -110,19 +110,9 @@ def _start(base: CqrsConfig, tmp: Path) -> Running:
     try:
         run.answer(run.good("warm-up"))  # the query runs and answers
     except BaseException:
-        _stop(proc)
+        stop(proc)
         raise
     return run
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +122,7 @@ def running(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -
     try:
         yield run
     finally:
-        _stop(run.proc)
+        stop(run.proc)
 
 
 def _stage_and_error(record: KafkaRecord) -> tuple[str, str]:

@@ -10,7 +10,6 @@ module starts it and stops it again (unless it was already running).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from cqrs.topics import topics_for
 from domain_examples.bank import Deposit, OpenAccount, Withdraw, app
 from projections import ProjectionReader
 from projections.stores import cached_store
+from process_group import stop
 
 APP_REF = "domain_examples.bank:app"
 WAIT = 150.0
@@ -79,16 +79,6 @@ def _start(cluster: Cluster, *argv: str) -> subprocess.Popen[bytes]:
     log = (cluster.logs / f"{argv[1]}.log").open("wb")
     return subprocess.Popen([sys.executable, "-m", "cqrs.cli.main", *argv], env=cluster.env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def _eventually(check: Any, timeout: float = WAIT) -> Any:
@@ -181,8 +171,8 @@ def test_bank_on_the_cluster(cluster: Cluster) -> None:
         assert _keyspace_replication(cfg)["replication_factor"] == "2"
         assert processor.poll() is None and projector.poll() is None
     finally:
-        _stop(processor)
-        _stop(projector)
+        stop(processor)
+        stop(projector)
     for name in ("processor", "projector"):
         text = (cluster.logs / f"{name}.log").read_text(errors="replace")
         assert "Traceback" not in text, text[-3000:]

@@ -24,7 +24,7 @@ from cqrs.processor.job import ProcessorOptions, start_processor
 from cqrs.results import CommandResult
 from cqrs.testing.example import CloseAccount, Deposit, Deposited, Explode, OpenAccount, Withdraw
 from cqrs.testing.example_app import app
-from cqrs.topics import AppTopics, ensure_topics, topics_for
+from cqrs.topics import ensure_topics, topics_for
 
 APP_REF = "cqrs.testing.example_app:app"
 T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)

@@ -28,6 +28,7 @@ from cqrs.topics import AppTopics, ensure_topics, topics_for
 APPS = Path(__file__).parent / "apps"
 sys.path.insert(0, str(APPS))
 import flaky_app  # noqa: E402
+from process_group import stop
 
 APP_REF = "flaky_app:app"
 app = flaky_app.app
@@ -50,14 +51,7 @@ class Stack:
                 env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     def kill(self, job: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs.pop(job)
-        if proc.poll() is None:
-            os.killpg(proc.pid, sig)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop(self.procs.pop(job), sig)
 
     def log(self, job: str) -> str:
         return (self.tmp / f"{job}.log").read_text(errors="replace")[-3000:]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from cqrs.topics import ensure_topics, topics_for
 APPS = Path(__file__).parent / "apps"
 sys.path.insert(0, str(APPS))
 import flaky_app  # noqa: E402
+from process_group import stop
 
 
 def _free_port() -> int:
@@ -78,9 +78,4 @@ def test_run_app_runs_the_retrier_beside_the_processor(cqrs_config: CqrsConfig,
         assert status["counters"]["letters_recorded"] >= 1
     finally:
         client.close()
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop(proc)

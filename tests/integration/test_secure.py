@@ -5,7 +5,6 @@ the processor and the clients work, and no password reaches a log."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from cqrs.devstack.stack import DevStack
 from domain_examples.bank import Deposit, OpenAccount, app
 from projections import ProjectionReader
 from projections.stores import cached_store
+from process_group import stop
 
 APP_REF = "domain_examples.bank:app"
 
@@ -118,9 +118,7 @@ def test_processor_projector_and_clients_over_sasl_ssl_and_passwords(secure: Sec
         assert all(j.poll() is None for j in jobs)
     finally:
         for j in jobs:
-            if j.poll() is None:
-                os.killpg(j.pid, signal.SIGTERM)
-                j.wait(60)
+            stop(j)
     for job in ("processor", "projector"):
         text = (secure.tmp / f"{job}.log").read_text(errors="replace")
         assert "running" in text, text[-3000:]  # the log was written

@@ -4,7 +4,6 @@ pure code, driven with progress events shaped like Spark's."""
 from __future__ import annotations
 
 import time
-import urllib.error
 from typing import Any
 
 import pytest
