@@ -119,8 +119,21 @@ def ensure_topics(cfg: CqrsConfig, topics: AppTopics, partitions: int | None = N
                 raise CqrsError(f"cannot create topic {name!r}: {exc}") from exc
     # a topic created a moment ago answers NOT_LEADER_FOR_PARTITION until its leaders are
     # known: wait for them here (watermarks retries that) rather than in every first reader
+    # (a broker started a moment ago may not even list the new topic yet: it must exist, so
+    # its absence is waited out too)
+    import time
+
+    from cqrs.errors import TopicNotFoundError
     from cqrs.kafka_io import watermarks
 
     for name in created:
-        watermarks(cfg, name)
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                watermarks(cfg, name)
+                break
+            except TopicNotFoundError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     return created
