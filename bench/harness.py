@@ -21,7 +21,7 @@ from cqrs.app import App
 from cqrs.client import encode_command
 from cqrs.envelope import read_command
 from cqrs.config import CqrsConfig
-from cqrs.kafka_io import make_consumer, make_producer
+from cqrs.kafka_io import make_consumer, make_producer, take
 from cqrs.topics import AppTopics, ensure_topics, topics_for
 
 __all__ = [
@@ -103,7 +103,7 @@ class ResultWatcher(threading.Thread):
 
     def run(self) -> None:
         while not self.stopped.is_set():
-            for msg in self.consumer.consume(num_messages=5000, timeout=0.2):
+            for msg in take(self.consumer, 5000, 0.2):
                 if msg.error() is not None:
                     continue
                 now = time.monotonic()

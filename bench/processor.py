@@ -59,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
 from cqrs.processor.job import ProcessorOptions, start_processor  # noqa: E402
+from cqrs.processor.partition import SliceStats  # noqa: E402
 from cqrs.spark_session import spark_session  # noqa: E402
 from cqrs.testing.example import Deposit, OpenAccount  # noqa: E402
 from cqrs.testing.example_app import app  # noqa: E402
@@ -92,14 +93,42 @@ def deposits(aggregates: int, commands: int) -> list[tuple[str, object]]:
     return [(f"acc-{n % aggregates}", Deposit(1 + n % 100)) for n in range(commands)]
 
 
+class SliceTotals:
+    """The processor's own per-slice figures (cache hits, state reads, phase times), summed
+    over the micro-batches since the last :meth:`reset`."""
+
+    def __init__(self) -> None:
+        self.total = SliceStats()
+
+    def reset(self) -> None:
+        self.total = SliceStats()
+
+    def on_batch(self, _batch_id: int, stats: SliceStats) -> None:
+        self.total.add(stats)
+
+    def report(self) -> dict[str, Any]:
+        t = self.total
+        us = 1e6 / max(t.commands, 1)
+        print(f"  slices: {t.commands:,} commands, cache hits {t.cache_hits:,}, state reads "
+              f"{t.state_reads:,}; per command: worker CPU {t.cpu_s * us:.0f} us, wall read "
+              f"{t.read_s * us:.0f}, step {t.step_s * us:.0f}, produce {t.produce_s * us:.0f}, "
+              f"write {t.write_s * us:.0f} us", flush=True)
+        return {"commands": t.commands, "cache_hits": t.cache_hits, "state_reads": t.state_reads,
+                "us_per_command": {k: round(getattr(t, k) * us, 1)
+                                   for k in ("cpu_s", "fetch_s", "read_s", "step_s", "produce_s", "write_s")}}
+
+
 @contextlib.contextmanager
-def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int) -> Iterator[tuple[AppTopics, ResultWatcher, Any]]:
+def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int,
+                      ) -> Iterator[tuple[AppTopics, ResultWatcher, Any, SliceTotals]]:
     """Fresh topics, a results watcher and a running processor with every account opened."""
     topics = fresh_topics(cfg, app.name, "processor")
     watcher = ResultWatcher(cfg, topics.results)
     watcher.start()
     checkpoint = cfg.spark.checkpoint_location("bench", topics.commands.replace(".", "-"))
-    query = start_processor(spark, cfg, ProcessorOptions(APP_REF, topics=topics, checkpoint=checkpoint))
+    slices = SliceTotals()
+    query = start_processor(spark, cfg, ProcessorOptions(APP_REF, topics=topics, checkpoint=checkpoint),
+                            on_batch=slices.on_batch)
     try:
         opened = encode_all(app, [(f"acc-{a}", OpenAccount(f"owner {a}")) for a in range(aggregates)])
         print(f"warm-up: opening {aggregates:,} accounts", flush=True)
@@ -108,7 +137,8 @@ def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int) -> Iterator[
         watcher.wait_for([r.cid for r in opened], timeout_for(aggregates), "warm-up", query)
         del opened  # a million encoded commands hold ~2 GB
         print(f"warm-up: done in {time.monotonic() - started:.1f} s", flush=True)
-        yield topics, watcher, query
+        slices.reset()
+        yield topics, watcher, query, slices
     finally:
         query.stop()
         watcher.stop()
@@ -119,7 +149,7 @@ def throughput(cfg: CqrsConfig, spark: Any, aggregates: int, commands: int) -> R
     started = time.monotonic()
     work = encode_all(app, deposits(aggregates, commands))
     print(f"encoded {commands:,} deposits in {time.monotonic() - started:.1f} s (before the clock)", flush=True)
-    with SparkMemorySampler() as mem, running_processor(cfg, spark, aggregates) as (topics, watcher, query):
+    with SparkMemorySampler() as mem, running_processor(cfg, spark, aggregates) as (topics, watcher, query, slices):
         cpu, parts = MachineCpu(), ComponentCpu(stack_pids(cfg))
         started = time.monotonic()
         produce(cfg, topics.commands, work)
@@ -127,6 +157,7 @@ def throughput(cfg: CqrsConfig, spark: Any, aggregates: int, commands: int) -> R
         last = watcher.wait_for([r.cid for r in work], timeout_for(commands, 1800), "timed", query)
         machine, by_part = cpu.percent(), parts.seconds()
         batches = batch_report(query)
+        batches["slices"] = slices.report()
     elapsed = last - started
     rate = commands / elapsed
     peak = mem.peak()
@@ -168,7 +199,7 @@ def latency(cfg: CqrsConfig, spark: Any, rate: float, seconds: float) -> Row:
     load = announce(f"{OURS}: latency, {rate:.0f}/s for {seconds:.0f} s over {LATENCY_AGGREGATES:,} aggregates")
     total = int(rate * seconds)
     work: list[Encoded] = encode_all(app, [(f"acc-{n % LATENCY_AGGREGATES}", Deposit(1)) for n in range(total)])
-    with SparkMemorySampler() as mem, running_processor(cfg, spark, LATENCY_AGGREGATES) as (topics, watcher, query):
+    with SparkMemorySampler() as mem, running_processor(cfg, spark, LATENCY_AGGREGATES) as (topics, watcher, query, slices):
         cpu, parts = MachineCpu(), ComponentCpu(stack_pids(cfg))
         sent_at: dict[bytes, float] = {}
         produce(cfg, topics.commands, work, sent_at=sent_at, rate=rate)
@@ -177,6 +208,7 @@ def latency(cfg: CqrsConfig, spark: Any, rate: float, seconds: float) -> Row:
         rtt = [watcher.arrived[i] - sent_at[i] for i in ids]
         machine, by_part = cpu.percent(), parts.seconds()
         batches = batch_report(query)
+        batches["slices"] = slices.report()
     print("CPU in the window, % of one core: " + ", ".join(
         f"{k} {v / seconds * 100:,.0f}" for k, v in by_part.items()), flush=True)
     stats = latency_summary(rtt)

@@ -1,10 +1,10 @@
-"""Where the command processor's worker spends its time, without Spark: one process reads
-commands from Kafka in slices and runs :func:`cqrs.processor.partition.process_slice` on them
-exactly as a Spark task does (same Worker, state table, producer), under cProfile.
+"""Where the command processor's worker spends its time, without Spark: one process runs
+:func:`cqrs.processor.partition.run_task` over slices of the commands topic exactly as a Spark
+task does (same Worker, state table, producer), under cProfile.
 
     python bench/slice_profile.py --aggregates 1000 --commands 100000 --slice 25000
 
-prints CPU microseconds per command per phase (fetch, read, step, produce, write) and the top
+prints CPU microseconds per command and wall time per phase (fetch, read, step, produce, write) and the top
 functions by own time. Needs the local stack (``cqrs dev up``).
 """
 
@@ -23,7 +23,7 @@ from harness import encode_all, fresh_topics, produce  # noqa: E402
 
 from cqrs.config import load_config  # noqa: E402
 from cqrs.processor.job import ProcessorOptions, publish_app_schemas, worker_for  # noqa: E402
-from cqrs.processor.partition import SliceStats, process_slice  # noqa: E402
+from cqrs.processor.partition import SliceStats, run_task  # noqa: E402
 from cqrs.processor.state_table import open_state_table  # noqa: E402
 from cqrs.processor.step import DedupPolicy  # noqa: E402
 from cqrs.testing.example import Deposit, OpenAccount  # noqa: E402
@@ -61,35 +61,31 @@ def main(argv: list[str] | None = None) -> None:
     produce(cfg, topics.commands, opened)
     done: dict[int, int] = {p: 0 for p in parts}
 
-    def drain(profile: cProfile.Profile | None) -> tuple[SliceStats, float, float, int]:
-        stats, fetch_cpu, wall, total = SliceStats(), 0.0, time.perf_counter(), 0
+    def drain(profile: cProfile.Profile | None) -> tuple[SliceStats, float, int]:
+        stats, wall = SliceStats(), time.perf_counter()
         while True:
             high = {p: hi for p, (_, hi) in watermarks(cfg, topics.commands).items()}
             ranges = {p: (done[p], min(high[p], done[p] + args.slice // len(parts) + 1))
                       for p in parts if high[p] > done[p]}
             if not ranges:
-                return stats, fetch_cpu, time.perf_counter() - wall, total
-            c0 = time.process_time()
-            got = worker.fetch(topics.commands, ranges)
-            fetch_cpu += time.process_time() - c0
-            for p, msgs in got.items():
-                if profile is not None:
-                    profile.enable()
-                stats.add(process_slice(worker, topics.commands, p, msgs))
-                if profile is not None:
-                    profile.disable()
-                done[p] = ranges[p][1]
-                total += len(msgs)
+                return stats, time.perf_counter() - wall, stats.commands
+            if profile is not None:
+                profile.enable()
+            stats.add(run_task(worker, topics.commands, ranges))  # a task of a micro-batch
+            if profile is not None:
+                profile.disable()
+            for p, (_, end) in ranges.items():
+                done[p] = end
 
     drain(None)  # the warm-up: open every account
     produce(cfg, topics.commands, work)
     profile = None if args.no_profile else cProfile.Profile()
-    stats, fetch_cpu, wall, total = drain(profile)
+    stats, wall, total = drain(profile)
     us = 1e6 / max(total, 1)
     print(f"{total:,} commands over {args.aggregates:,} aggregates in slices of ~{args.slice:,}: "
           f"{wall:.2f} s wall, {total / wall:,.0f}/s in one process")
-    print(f"CPU per command: fetch {fetch_cpu * us:.1f} us, slice {stats.cpu_s * us:.1f} us "
-          f"(wall per command: read {stats.read_s * us:.1f}, step {stats.step_s * us:.1f}, "
+    print(f"CPU per command: slices {stats.cpu_s * us:.1f} us "
+          f"(wall per command: fetch {stats.fetch_s * us:.1f}, read {stats.read_s * us:.1f}, step {stats.step_s * us:.1f}, "
           f"produce {stats.produce_s * us:.1f}, write {stats.write_s * us:.1f} us); cache hits "
           f"{stats.cache_hits:,}, state reads {stats.state_reads:,}")
     if profile is not None:

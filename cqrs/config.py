@@ -368,6 +368,12 @@ class ProcessorSettings:
         "Aggregate-state rows per Cassandra request (IN reads, unlogged batches); 1: a request "
         "per row.",
     )
+    serve_seconds: float = setting(
+        2.0, "CQRS_PROCESSOR_SERVE_SECONDS",
+        "How long a micro-batch's task goes on processing new commands of its partitions as "
+        "they arrive, after the ones Spark planned (0: only those): commands then wait for a "
+        "poll, not for the next micro-batch. The next batch starts where the task got to.",
+    )
     max_commands_per_batch: int = setting(
         100000, "CQRS_PROCESSOR_MAX_COMMANDS_PER_BATCH",
         "Commands a micro-batch takes at most when more wait (0: all of them): bounds the "

@@ -8,7 +8,7 @@ reordered by a retry.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -16,7 +16,8 @@ import attrs
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError, KafkaUnavailableError, TopicNotFoundError
 
-__all__ = ["KafkaRecord", "OffsetReader", "make_admin", "make_consumer", "make_producer", "read_to_end", "watermarks"]
+__all__ = ["KafkaRecord", "OffsetReader", "make_admin", "make_consumer", "make_producer", "read_to_end",
+           "take", "watermarks"]
 
 
 @attrs.frozen
@@ -70,11 +71,23 @@ def make_consumer(cfg: CqrsConfig, group_id: str | None = None, **extra: Any) ->
     })
 
 
+def take(consumer: Any, max_messages: int, timeout: float) -> list[Any]:
+    """The messages ``consumer`` has ready, at most ``max_messages``, waiting up to ``timeout``
+    seconds for the first one only. (librdkafka's ``consume(n, timeout)`` waits the whole
+    timeout unless ``n`` messages came: at a few hundred messages a second that held every
+    answer back by up to the timeout.)"""
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    return [first, *consumer.consume(max_messages - 1, 0)] if max_messages > 1 else [first]
+
+
 def watermarks(cfg: CqrsConfig, topic: str, retry_s: float = 30.0) -> dict[int, tuple[int, int]]:
     """``partition -> (low, high)`` offsets of ``topic`` (high: the offset the next record gets).
 
     Retriable errors are retried for ``retry_s`` seconds with a fresh consumer each time: a topic
-    created a moment ago answers NOT_LEADER_FOR_PARTITION until its leaders are known.
+    created a moment ago answers NOT_LEADER_FOR_PARTITION until its leaders are known, and a
+    partition whose leader just died OFFSET_NOT_AVAILABLE until the new one caught up.
     """
     import time
 
@@ -94,9 +107,11 @@ def _transient(exc: BaseException | None) -> bool:
     err = exc.args[0] if exc is not None and exc.args else None
     if not isinstance(err, KafkaError):
         return False
+    # OFFSET_NOT_AVAILABLE: a partition's new leader, right after the old one died, does not
+    # answer for its high watermark until it caught up (seconds; seen killing a broker)
     return err.retriable() or err.code() in (
         KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_TOPIC_OR_PART)
+        KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.OFFSET_NOT_AVAILABLE)
 
 
 def _watermarks(cfg: CqrsConfig, topic: str) -> dict[int, tuple[int, int]]:
@@ -153,8 +168,10 @@ class OffsetReader:
             self._consumer = None
 
 
-def read_to_end(cfg: CqrsConfig, topics: Iterable[str], timeout_s: float = 60.0) -> list[KafkaRecord]:
-    """Every record of ``topics`` from the beginning up to their ends as of this call."""
+def read_to_end(cfg: CqrsConfig, topics: Iterable[str], timeout_s: float = 60.0, *,
+                starts: Mapping[tuple[str, int], int] | None = None) -> list[KafkaRecord]:
+    """Every record of ``topics`` from the beginning (or ``starts[(topic, partition)]``, an
+    offset) up to their ends as of this call."""
     import time
 
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -169,9 +186,11 @@ def read_to_end(cfg: CqrsConfig, topics: Iterable[str], timeout_s: float = 60.0)
                 raise CqrsError(f"topic {topic!r} does not exist at {cfg.kafka.bootstrap_servers}")
             for p in metadata.topics[topic].partitions:
                 low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-                if high > low:
+                start = max(low, (starts or {}).get((topic, p), low))
+                if high > start:
                     wanted[(topic, p)] = high
-                    assignment.append(TopicPartition(topic, p, OFFSET_BEGINNING))
+                    assignment.append(TopicPartition(topic, p, start if start > low
+                                                     else OFFSET_BEGINNING))
         if not assignment:
             return []
         consumer.assign(assignment)

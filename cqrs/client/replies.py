@@ -21,7 +21,7 @@ import attrs
 
 from cqrs.client.errors import ClientClosedError, ClientError, CommandTimeoutError
 from cqrs.config import CqrsConfig
-from cqrs.kafka_io import make_consumer
+from cqrs.kafka_io import make_consumer, take
 from cqrs.results import CommandResult
 
 __all__ = ["ListenerStats", "ReplyListener", "ResultFuture", "choose_reply_partition", "settle"]
@@ -126,7 +126,7 @@ class ReplyListener:
         while not self._stop.is_set():
             started = time.thread_time()
             try:
-                messages = self._consumer.consume(num_messages=1000, timeout=0.1)
+                messages = take(self._consumer, 1000, 0.1)
             except RuntimeError:  # consumer closed under us during shutdown
                 break
             for msg in messages:

@@ -12,7 +12,7 @@ from typing import Any
 
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
-from cqrs.kafka_io import OffsetReader, make_consumer
+from cqrs.kafka_io import OffsetReader, make_consumer, take
 from cqrs.ops.board import StatusBoard
 from cqrs.topics import AppTopics
 
@@ -100,7 +100,7 @@ class KafkaProbe:
                                for p, (low, high) in marks.items()])
         counts: dict[str, int] = {}
         while True:
-            messages = self._tail.consume(num_messages=5000, timeout=0.2)
+            messages = take(self._tail, 5000, 0.2)
             for m in messages:
                 if m.error():
                     continue

@@ -173,7 +173,8 @@ def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions
     publish_app_schemas(cfg, topics, app)
     register_source(spark)
     settings = SourceSettings(cfg, opts, topics.commands, starting_offsets,
-                              tasks=_tasks(cfg, spark))
+                              tasks=_tasks(cfg, spark),
+                              serve_s=0.0 if available_now else cfg.processor.serve_seconds)
     source = (spark.readStream.format(SOURCE_NAME).options(**command_source_options(settings))
               .load())
 

@@ -1,21 +1,28 @@
-"""One Kafka partition's slice of a micro-batch, processed inside a Spark Python worker.
+"""A task of the command processor, inside a Spark Python worker.
 
-The Spark job's source (:mod:`cqrs.processor.source`) reads each slice from Kafka in the worker,
-in offset order, and hands it here. For a slice:
+The Spark job's source (:mod:`cqrs.processor.source`) hands each task whole partitions of the
+commands topic with the offset range Spark planned; :func:`run_task` reads them with librdkafka
+and processes what it reads in chunks, all of the task's partitions at once
+(:func:`process_slices`):
 
 1. group the commands by aggregate (a partition holds every command of its aggregates);
-2. read the state of all the slice's aggregates at once: from this worker's cache when it
+2. read the state of all the chunk's aggregates at once: from this worker's cache when it
    processed the partition's previous commands itself, else from the state table (``IN``
    reads); commands at or below an aggregate's ``applied_offset`` were applied already (a
    re-run batch) and are skipped;
 3. run the shared :class:`~cqrs.processor.step.AggregateStep` per aggregate;
 4. write events, results and dead letters to Kafka and wait until every one is acknowledged;
 5. only then write the new state rows (``USING TIMESTAMP`` their command count, so a stale
-   writer cannot win), then remember them in the cache.
+   writer cannot win), and remember them in the cache.
 
-Because state is written after the records it explains, a crash anywhere re-runs the slice
+Because state is written after the records it explains, a crash anywhere re-runs the chunk
 from the old state and rewrites byte-identical records (Kafka may hold a record twice, never
 a different one), or finds the state written and skips what it covers. Nothing reads a clock.
+
+After the planned range a task may *serve*: go on with commands as they arrive until its time
+is up, so they do not wait for the next micro-batch. At its end it records per partition how
+far it got (the position) and which worker it ran in; the next task starts there, and a worker
+trusts its cache of a partition only while that position is its own.
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ import collections
 import datetime as _dt
 import gc
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -32,7 +40,7 @@ import attrs
 from cqrs.config import CqrsConfig
 from cqrs.envelope import CONTENT_TYPE, MAX_AGGREGATE_ID_BYTES, Envelope, read_command
 from cqrs.errors import CqrsError
-from cqrs.processor.state_table import StateTable, StoredAggregate
+from cqrs.processor.state_table import Position, StateTable, StoredAggregate
 from cqrs.processor.step import (
     RESULT_STATUS_HEADER, UNDECODED, AggregateStep, InputRecord, OutputRecord,
 )
@@ -46,7 +54,9 @@ __all__ = [
     "StateCache",
     "Worker",
     "process_slice",
+    "process_slices",
     "read_envelope",
+    "run_task",
 ]
 
 
@@ -128,6 +138,11 @@ class StateCache:
     def drop(self, part: Any) -> None:
         self._parts.pop(part, None)
 
+    def next_offset(self, part: Any) -> int | None:
+        """Where the cached states of the partition stand (None: nothing cached)."""
+        found = self._parts.get(part)
+        return None if found is None else found[0]
+
 
 _REQUIRED = ("cqrs.message_id", "cqrs.message_type", "cqrs.kind", "cqrs.aggregate_type",
              "cqrs.timestamp")
@@ -169,8 +184,8 @@ def read_envelope(aggregate_id: str, headers: Sequence[tuple[str, bytes | None]]
 
 
 class Worker:
-    """What a Python worker builds once per processor: the app's step, its Kafka producer, the
-    state table and the state cache."""
+    """What a Python worker builds once per processor: the app's step, its Kafka producer and
+    consumer, the state table, the state cache and the token it signs its positions with."""
 
     def __init__(self, cfg: CqrsConfig, step: AggregateStep, table: StateTable, generation: int,
                  producer: Any) -> None:
@@ -180,48 +195,46 @@ class Worker:
         self.generation = generation
         self.producer = producer
         self.cache = StateCache(cfg.processor.state_cache_aggregates)
+        self.token = uuid.uuid4().hex  # names this worker in the positions it writes
+        # state writes started, with the cached partitions they cover: see process_slices
+        self.in_flight: list[tuple[Callable[[], object], list[tuple[Any, ...]]]] = []
         self.consumer: Any = None
         self.errors: list[str] = []
 
-    def fetch(self, topic: str, ranges: dict[int, tuple[int, int]], timeout_s: float = 120.0,
-              ) -> dict[int, list[tuple[bytes | None, bytes | None, Any, int]]]:
-        """The records of ``topic`` at ``{partition: (start, end)}`` offsets (end exclusive), per
-        partition as (key, value, headers, offset) in offset order: one consumer (librdkafka,
-        no group) assigned to every range at once."""
-        from confluent_kafka import TopicPartition
+    def settle(self, keep: int = 0) -> None:
+        """Wait for the oldest state writes until at most ``keep`` are in flight. A write that
+        failed drops the cached states of every partition in flight, and raises."""
+        while len(self.in_flight) > keep:
+            writing, _ = self.in_flight[0]
+            try:
+                writing()
+            except Exception:
+                for _, parts in self.in_flight:
+                    for part in parts:
+                        self.cache.drop(part)
+                self.in_flight.clear()
+                raise
+            self.in_flight.pop(0)
 
+    def abandon(self) -> None:
+        """Forget the state writes in flight (they may still land: each explains records Kafka
+        acknowledged) and the cached states they cover."""
+        for _, parts in self.in_flight:
+            for part in parts:
+                self.cache.drop(part)
+        self.in_flight.clear()
+
+    def _consumer(self) -> Any:
         if self.consumer is None:
             from cqrs.kafka_io import make_consumer
 
             self.consumer = make_consumer(self.cfg, **{"fetch.wait.max.ms": 10,
                                                       "enable.partition.eof": False})
-        consumer = self.consumer
-        out: dict[int, list[tuple[bytes | None, bytes | None, Any, int]]] = {p: [] for p in ranges}
-        waiting = {p: r for p, r in ranges.items() if r[1] > r[0]}
-        if not waiting:
-            return out
-        consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in waiting.items()])
-        deadline = time.monotonic() + timeout_s
-        try:
-            while waiting:
-                left = sum(end - start - len(out[p]) for p, (start, end) in waiting.items())
-                for msg in consumer.consume(max(1, min(left, 100_000)), 0.5):
-                    err = msg.error()
-                    if err is not None:
-                        raise FetchError(f"reading {topic}[{msg.partition()}]: {err}")
-                    p, offset = msg.partition(), msg.offset()
-                    if p in waiting and offset < waiting[p][1]:
-                        out[p].append((msg.key(), msg.value(), msg.headers(), offset))
-                for p in [p for p, (_, end) in waiting.items()
-                          if (out[p] and out[p][-1][3] >= end - 1) or self._position(topic, p) >= end]:
-                    del waiting[p]  # complete (a gap at its end, e.g. a transaction marker, too)
-                if waiting and time.monotonic() > deadline:
-                    raise FetchError(
-                        f"could not read {topic} offsets {waiting} within {timeout_s:.0f} s: is "
-                        f"Kafka at {self.cfg.kafka.bootstrap_servers} reachable and the topic intact?")
-        finally:
-            consumer.unassign()
-        return out
+        return self.consumer
+
+    def part(self, topic: str, partition: int) -> tuple[Any, ...]:
+        """The key of a partition's states in this worker's cache."""
+        return (self.table.app_name, self.generation, topic, partition)
 
     def _position(self, topic: str, partition: int) -> int:
         from confluent_kafka import TopicPartition
@@ -266,12 +279,29 @@ def _count(stats: SliceStats, out: Sequence[OutputRecord], events: str, results:
             statuses[b"accepted"], statuses[b"rejected"], statuses[b"failed"])
 
 
-def process_slice(worker: Worker, topic: str, partition: int,
-                  messages: Sequence[tuple[bytes | None, bytes | None, Any, int]]) -> SliceStats:
+Message = tuple[bytes | None, bytes | None, Any, int]
+
+
+def process_slice(worker: Worker, topic: str, partition: int, messages: Sequence[Message],
+                  start_offset: int | None = None) -> SliceStats:
     """Process one Kafka partition's slice of a micro-batch: ``messages`` are its records as
-    (key, value, headers, offset), in offset order."""
-    stats = SliceStats(commands=len(messages))
-    if not messages:
+    (key, value, headers, offset), in offset order; ``start_offset``: where the slice was read
+    from (default: the first record's offset; later when the partition has a gap there)."""
+    return process_slices(worker, topic, {partition: (messages, start_offset)})
+
+
+def process_slices(worker: Worker, topic: str,
+                   slices: dict[int, tuple[Sequence[Message], int | None]],
+                   wait: bool = True) -> SliceStats:
+    """Process slices of several partitions as one: each partition's commands as
+    :func:`process_slice` does, then every record written to Kafka at once, then every state
+    row (one wait for Kafka and one for Cassandra, whatever the number of partitions).
+
+    ``wait=False``: return once the state rows are on their way (the next slices are decided
+    from the worker's cache meanwhile); :meth:`Worker.settle` waits for them."""
+    stats = SliceStats()
+    slices = {p: sl for p, sl in slices.items() if sl[0]}
+    if not slices:
         return stats
     cpu_started = time.process_time()
     # a slice allocates tens of objects per command; the collector's passes over them (and over
@@ -279,15 +309,72 @@ def process_slice(worker: Worker, topic: str, partition: int,
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _process(worker, topic, partition, messages, stats, cpu_started)
+        grouped = [_group(worker, topic, p, messages, stats, start)
+                   for p, (messages, start) in slices.items()]
+        # 2. state of every aggregate of the slices: the cache, else the table (one read)
+        t0 = time.perf_counter()
+        wanted = {k[1] for g in grouped for k in g.groups
+                  if k[1] is not None and k[0] is not None and k not in g.cache}
+        stored = worker.table.read(worker.generation, sorted(wanted)) if wanted else {}
+        stats.state_reads += len(wanted)
+        stats.read_s += time.perf_counter() - t0
+        pending = [_decide(worker, g, stored, stats) for g in grouped]
+        _write(worker, pending, stats, wait)
+        stats.cpu_s = time.process_time() - cpu_started
+        return stats
     finally:
         if collecting:
             gc.enable()
 
 
-def _process(worker: Worker, topic: str, partition: int,
-             messages: Sequence[tuple[bytes | None, bytes | None, Any, int]], stats: SliceStats,
-             cpu_started: float) -> SliceStats:
+@attrs.define
+class _Pending:
+    """A partition's slice, decided: its records and rows still to write."""
+
+    part: tuple[Any, ...]
+    next_offset: int
+    cache: collections.OrderedDict[tuple[str, str], _Cached]
+    out: list[OutputRecord]
+    rows: list[StoredAggregate]
+
+
+def _write(worker: Worker, pending: list[_Pending], stats: SliceStats, wait: bool) -> None:
+    """4. records first, 5. then the state they explain; then the cache."""
+    out = [r for p in pending for r in p.out]
+    rows = [r for p in pending for r in p.rows]
+    stats.records = len(out)
+    step = worker.step
+    _count(stats, out, step.topics.events, step.topics.results, step.topics.dead_letters)
+    parts = [p.part for p in pending]
+    try:
+        t2 = time.perf_counter()
+        worker.produce(out)
+        t3 = time.perf_counter()
+        stats.produce_s += t3 - t2
+        writing = worker.table.start_writing(worker.generation, rows)
+    except Exception:
+        for part in parts:
+            worker.cache.drop(part)
+        raise
+    for p in pending:
+        worker.cache.put(p.part, p.next_offset, p.cache)
+    worker.in_flight.append((writing, parts))
+    worker.settle(MAX_WRITES_IN_FLIGHT if not wait else 0)
+    stats.write_s += time.perf_counter() - t3
+
+
+@attrs.define
+class _Grouped:
+    part: tuple[Any, ...]
+    next_offset: int
+    cache: collections.OrderedDict[tuple[str, str], _Cached]
+    groups: dict[tuple[str | None, str | None], list[InputRecord]]
+
+
+def _group(worker: Worker, topic: str, partition: int, messages: Sequence[Message],
+           stats: SliceStats, start_offset: int | None) -> _Grouped:
+    """1. of the module doc for one partition's slice, with the worker's cache of it."""
+    stats.commands += len(messages)
     # 1. group by aggregate, in offset order
     groups: dict[tuple[str | None, str | None], list[InputRecord]] = {}
     for key, value, headers, offset in messages:
@@ -315,25 +402,24 @@ def _process(worker: Worker, topic: str, partition: int,
             groups.setdefault(group if None not in group else (None, None), []).append(rec)
 
     first_offset, next_offset = messages[0][3], messages[-1][3] + 1
-    part = (worker.table.app_name, worker.generation, topic, partition)
+    if start_offset is not None:
+        first_offset = start_offset
+    part = worker.part(topic, partition)
     cache = worker.cache.take(part, first_offset)
+    stats.cache_hits += sum(1 for k in groups if k in cache)
+    return _Grouped(part, next_offset, cache, groups)
 
-    # 2. state of every aggregate of the slice: cache, else the table
-    t0 = time.perf_counter()
-    wanted = [k for k in groups if k[1] is not None and k not in cache]
-    stats.cache_hits = len(groups) - len(wanted) - (1 if (None, None) in groups else 0)
-    stored: dict[tuple[str, str], StoredAggregate] = {}
-    if wanted:
-        stored = worker.table.read(worker.generation, sorted({k[1] for k in wanted}))
-        stats.state_reads = len(wanted)
+
+def _decide(worker: Worker, grouped: _Grouped, stored: dict[tuple[str, str], StoredAggregate],
+            stats: SliceStats) -> _Pending:
+    """3. of the module doc for one partition's slice."""
     t1 = time.perf_counter()
-    stats.read_s = t1 - t0
-
+    cache = grouped.cache
     # 3. the step, per aggregate
     step = worker.step
     out: list[OutputRecord] = []
     rows: list[StoredAggregate] = []
-    for (agg_type, agg_id), records in groups.items():
+    for (agg_type, agg_id), records in grouped.groups.items():
         if agg_id is None or agg_type is None:
             out.extend(step.apply(None, None, None, records).out)
             continue
@@ -364,21 +450,85 @@ def _process(worker: Worker, topic: str, partition: int,
         rows.append(new_row)
         cache[(agg_type, agg_id)] = _Cached(new_row, result.record, result.state)
         cache.move_to_end((agg_type, agg_id))
-    t2 = time.perf_counter()
-    stats.step_s = t2 - t1
-    stats.records = len(out)
-    _count(stats, out, step.topics.events, step.topics.results, step.topics.dead_letters)
+    stats.step_s += time.perf_counter() - t1
+    return _Pending(grouped.part, grouped.next_offset, cache, out, rows)
 
-    # 4. records first, 5. then the state they explain
+
+MAX_WRITES_IN_FLIGHT = 4  # state writes a serving task lets run behind its decisions
+CHUNK = 20_000  # records taken from the consumer at once (a slice per partition among them)
+POLL_S = 0.05  # how long a serving task waits for a record before it looks at the clock
+
+
+def run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
+             serve_until: float | None = None, timeout_s: float = 120.0) -> SliceStats:
+    """One task of a micro-batch: the planned ``{partition: (start, end)}`` ranges, then, until
+    ``serve_until`` (``time.monotonic()``; None: not at all), whatever else arrives on those
+    partitions, as it arrives.
+
+    A partition is read from its recorded position when that is further than the planned start
+    (a task of an earlier batch served those commands). The worker keeps its cached states of a
+    partition only while the recorded position is the one it wrote itself: else another worker
+    applied commands since. At the end the task records how far it got on each partition.
+    """
+    from confluent_kafka import TopicPartition
+
+    from cqrs.kafka_io import take
+
+    stats = SliceStats()
+    started = time.perf_counter()
+    positions = worker.table.positions(worker.generation, topic)
+    start: dict[int, int] = {}
+    for p, (planned, _) in ranges.items():
+        pos = positions.get(p)
+        if pos is None or pos.writer != worker.token or worker.cache.next_offset(worker.part(topic, p)) != pos.next_offset:
+            worker.cache.drop(worker.part(topic, p))
+        start[p] = planned if pos is None else max(planned, pos.next_offset)
+    ends = {p: end for p, (_, end) in ranges.items()}
+    nxt = dict(start)
+    waiting = {p for p in ranges if nxt[p] < ends[p]}
+    if not waiting and serve_until is None:
+        return stats
+    consumer = worker._consumer()
+    consumer.assign([TopicPartition(topic, p, nxt[p]) for p in ranges])
+    deadline = time.monotonic() + timeout_s
+    stats.fetch_s = time.perf_counter() - started
     try:
-        worker.produce(out)
-        t3 = time.perf_counter()
-        stats.produce_s = t3 - t2
-        worker.table.write(worker.generation, rows)
-        stats.write_s = time.perf_counter() - t3
-    except Exception:
-        worker.cache.drop(part)
+        while True:
+            f0 = time.perf_counter()
+            got: dict[int, list[tuple[bytes | None, bytes | None, Any, int]]] = {}
+            for msg in take(consumer, CHUNK, POLL_S):
+                err = msg.error()
+                if err is not None:
+                    raise FetchError(f"reading {topic}[{msg.partition()}]: {err}")
+                p, offset = msg.partition(), msg.offset()
+                if p in nxt and offset >= nxt[p] and (serve_until is not None or offset < ends[p]):
+                    got.setdefault(p, []).append((msg.key(), msg.value(), msg.headers(), offset))
+            stats.fetch_s += time.perf_counter() - f0
+            if got:
+                stats.add(process_slices(worker, topic, {p: (m, nxt[p]) for p, m in got.items()},
+                                         wait=False))
+                for p, messages in got.items():
+                    nxt[p] = messages[-1][3] + 1
+            for p in list(waiting):
+                if nxt[p] >= ends[p] or worker._position(topic, p) >= ends[p]:
+                    waiting.discard(p)  # a gap at its end (e.g. a transaction marker) too
+            now = time.monotonic()
+            if not waiting and (serve_until is None or now >= serve_until):
+                break
+            if waiting and now > deadline:
+                raise FetchError(
+                    f"could not read {topic} offsets {sorted(waiting)} up to "
+                    f"{ {p: ends[p] for p in waiting} } within {timeout_s:.0f} s: is Kafka at "
+                    f"{worker.cfg.kafka.bootstrap_servers} reachable and the topic intact?")
+        w0 = time.perf_counter()
+        worker.settle()
+        stats.write_s += time.perf_counter() - w0
+    except BaseException:
+        worker.abandon()
         raise
-    worker.cache.put(part, next_offset, cache)
-    stats.cpu_s = time.process_time() - cpu_started
+    finally:
+        consumer.unassign()
+    moved = {p: Position(nxt[p], worker.token) for p in ranges if nxt[p] > start[p]}
+    if moved:
+        worker.table.write_positions(worker.generation, topic, moved)
     return stats

@@ -5,9 +5,11 @@ Spark plans each micro-batch as usual: the driver side of this source asks Kafka
 offsets (capped by ``maxOffsetsPerTrigger``), Spark writes them to the checkpoint's offset log,
 hands one task per Kafka partition to the Python workers and commits the batch when every
 task succeeded. A task takes whole partitions (at most one task per core Spark has, so a batch's per-task
-costs are paid once per core, not once per partition), reads their offset ranges with
-librdkafka and runs :func:`~cqrs.processor.partition.process_slice` on each partition's slice,
-returning one row of figures.
+costs are paid once per core, not once per partition) and runs
+:func:`~cqrs.processor.partition.run_task` on their offset ranges, which reads them with
+librdkafka, processes them and, with ``serve_s``, goes on with what arrives on them for that
+long; it returns one row of figures. Serving, every partition goes to a task, also those with
+nothing planned.
 
 Why not Spark's Kafka connector here: the records would pass through the JVM (Kafka consumer,
 rows, header expressions, Arrow) before reaching the Python step that needs them; measured on
@@ -57,6 +59,7 @@ class SourceSettings:
     topic: str
     starting_offsets: str = "earliest"  # or Spark's JSON form {topic: {partition: offset}}
     tasks: int = 2  # tasks per micro-batch at most (the cores Spark has): partitions share them
+    serve_s: float = 0.0  # how long a task goes on with new commands after its planned ones
 
 
 def command_source_options(settings: SourceSettings) -> dict[str, str]:
@@ -125,8 +128,10 @@ class CommandReader(DataSourceStreamReader):  # type: ignore[misc]
         return ends
 
     def partitions(self, start: dict, end: dict) -> Sequence[Slices]:
+        serving = self.settings.serve_s > 0
+        # a serving task takes partitions with nothing planned too: it serves what they get
         waiting = [(int(p), int(start.get(p, 0)), int(e)) for p, e in sorted(end.items())
-                   if int(e) > int(start.get(p, 0))]
+                   if serving or int(e) > int(start.get(p, 0))]
         # a small batch goes to one task: a second one would add its fixed costs (a Kafka
         # assignment, Cassandra and Kafka round trips) and take the core the driver needs,
         # for little work to share (at 500 commands/s: p50 0.43 s instead of 0.52 s)
@@ -144,15 +149,11 @@ class CommandReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def read(self, partition: Slices) -> Iterator[tuple[Any, ...]]:
         from cqrs.processor.job import worker_for
-        from cqrs.processor.partition import SliceStats, process_slice
+        from cqrs.processor.partition import run_task
 
         s = self.settings
-        worker = worker_for(s.cfg, s.opts)
-        started = time.perf_counter()
-        fetched = worker.fetch(s.topic, partition.ranges)
-        total = SliceStats(fetch_s=time.perf_counter() - started)
-        for p, messages in fetched.items():
-            total.add(process_slice(worker, s.topic, p, messages))
+        serve_until = time.monotonic() + s.serve_s if s.serve_s > 0 else None
+        total = run_task(worker_for(s.cfg, s.opts), s.topic, partition.ranges, serve_until)
         yield tuple(getattr(total, f) for f in STATS_FIELDS)
 
     def commit(self, end: dict) -> None:

@@ -10,6 +10,11 @@ and their first results) and the fence that makes re-runs harmless:
   commands``, so a stale writer (a zombie task, a re-run after a newer batch) can never
   overwrite a newer row, and a repeated write of the same row changes nothing.
 
+Beside the rows, ``cqrs_processor_positions`` holds per state table and commands partition the
+offset below which every command was applied (records and rows written), and which worker wrote
+it last: a task starts reading there, and a worker trusts its in-memory cache of a partition
+only while the position is still the one it wrote itself (see :mod:`cqrs.processor.partition`).
+
 Rows live in one table per generation (``state_<app>_g<n>``); ``cqrs_state_generations`` names
 the current one, so a rebuild fills a new generation while the old one serves reads. Nothing
 about Spark's partitioning is stored: any number of Spark partitions reads and writes it.
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -29,7 +34,8 @@ from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 from cqrs.topics import AppTopics
 
-__all__ = ["StateTable", "StateTableError", "StoredAggregate", "open_state_table", "state_table_name"]
+__all__ = ["Position", "StateTable", "StateTableError", "StoredAggregate", "open_state_table",
+           "state_table_name"]
 
 _UNSAFE = re.compile(r"[^a-z0-9_]")
 _COLUMNS = ("aggregate_id", "aggregate_type", "version", "deleted", "record", "source_partition",
@@ -58,6 +64,15 @@ class StoredAggregate:
         return self.aggregate_type, self.aggregate_id
 
 
+@attrs.frozen(slots=True)
+class Position:
+    """Where a commands partition's processing stands: every command below ``next_offset`` was
+    applied, by the worker ``writer`` last."""
+
+    next_offset: int
+    writer: str
+
+
 def state_table_name(app_name: str, generation: int) -> str:
     """``state_<app>_g<n>``, within Cassandra's 48 characters (hashed when longer)."""
     app = _UNSAFE.sub("_", app_name.lower())
@@ -76,6 +91,9 @@ class StateTable:
         self.app_name = app_name  # with the topic prefix, if any
         cassandra.execute("CREATE TABLE IF NOT EXISTS cqrs_state_generations "
                           "(app text PRIMARY KEY, current int)")
+        cassandra.execute("CREATE TABLE IF NOT EXISTS cqrs_processor_positions (state_table text, "
+                          "topic text, partition int, next_offset bigint, writer text, "
+                          "PRIMARY KEY ((state_table), topic, partition))")
 
     # ---- generations ---------------------------------------------------------------------------
 
@@ -106,6 +124,8 @@ class StateTable:
 
     def drop(self, generation: int) -> None:
         self.cassandra.execute(f"DROP TABLE IF EXISTS {state_table_name(self.app_name, generation)}")
+        self.cassandra.execute("DELETE FROM cqrs_processor_positions WHERE state_table = %s",
+                               (state_table_name(self.app_name, generation),))
 
     # ---- rows ------------------------------------------------------------------------------------
 
@@ -135,16 +155,42 @@ class StateTable:
 
     def write(self, generation: int, rows: Sequence[StoredAggregate]) -> None:
         """Write rows, each ``USING TIMESTAMP`` its ``commands`` count (see the module doc)."""
+        self.start_writing(generation, rows)()
+
+    def start_writing(self, generation: int, rows: Sequence[StoredAggregate]) -> Callable[[], object]:
+        """:meth:`write`, started: call what this returns to wait until the rows are written.
+        Rows of the same aggregate may be in flight in several writes at once: the newest
+        (its ``commands`` count, the write timestamp) wins whatever the order they land in."""
         if not rows:
-            return
+            return list
         stmt = self.cassandra.prepare(
             f"INSERT INTO {state_table_name(self.app_name, generation)} ({', '.join(_COLUMNS)}) "
             f"VALUES ({', '.join('?' * len(_COLUMNS))}) USING TIMESTAMP ?", write=True)
-        self.cassandra.write_rows(
+        return self.cassandra.start_writing_rows(
             stmt, [r.aggregate_id for r in rows],
             [(r.aggregate_id, r.aggregate_type, r.version, r.deleted, r.record, r.source_partition,
               r.applied_offset, r.commands, r.commands) for r in rows],
             [len(r.record) + 64 for r in rows])
+
+    # ---- positions -------------------------------------------------------------------------------
+
+    def positions(self, generation: int, topic: str) -> dict[int, Position]:
+        """The recorded position of each partition of ``topic`` that has one."""
+        stmt = self.cassandra.prepare("SELECT partition, next_offset, writer FROM "
+                                      "cqrs_processor_positions WHERE state_table = ? AND topic = ?")
+        rows = self.cassandra.execute(stmt, (state_table_name(self.app_name, generation), topic))
+        return {r[0]: Position(r[1], r[2]) for r in rows}
+
+    def write_positions(self, generation: int, topic: str, positions: dict[int, Position]) -> None:
+        """Record positions, after the rows they cover. A stale writer (a zombie task) may move
+        one back: harmless, its reader then re-reads commands the rows' fences skip, and trusts
+        no cache (the writer is not itself)."""
+        stmt = self.cassandra.prepare(
+            "INSERT INTO cqrs_processor_positions (state_table, topic, partition, next_offset, "
+            "writer) VALUES (?, ?, ?, ?, ?)", write=True)
+        table = state_table_name(self.app_name, generation)
+        self.cassandra.concurrent(stmt, [(table, topic, p, pos.next_offset, pos.writer)
+                                         for p, pos in positions.items()])
 
     def close(self) -> None:
         self.cassandra.close()

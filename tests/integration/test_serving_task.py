@@ -1,0 +1,129 @@
+"""A processor task that serves, on the real Kafka and Cassandra without Spark: it goes on with
+commands that arrive after its planned range, records how far it got, the next task starts
+there, and a worker trusts its cached states only while the recorded position is its own."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import attrs
+import pytest
+
+from cqrs.client import encode_command
+from cqrs.config import CqrsConfig
+from cqrs.kafka_io import make_producer, read_to_end, watermarks
+from cqrs.processor.job import ProcessorOptions, publish_app_schemas, worker_for
+from cqrs.processor.partition import Worker, run_task
+from cqrs.processor.state import StateReader
+from cqrs.processor.state_table import Position, open_state_table
+from cqrs.testing.example import Deposit, OpenAccount
+from cqrs.testing.example_app import app
+from cqrs.topics import AppTopics, ensure_topics, topics_for
+
+pytestmark = pytest.mark.integration
+
+
+@attrs.define
+class Fixture:
+    cfg: CqrsConfig
+    topics: AppTopics
+    worker: Worker
+    opts: ProcessorOptions
+
+    def send(self, *commands: tuple[str, object]) -> int:
+        """Commands onto partition 0 of the commands topic; its end offset afterwards."""
+        producer = make_producer(self.cfg)
+        for agg, cmd in commands:
+            _, key, value, headers = encode_command(app, agg, cmd)
+            producer.produce(self.topics.commands, value, key, 0, headers=headers)
+        assert producer.flush(30) == 0
+        return self.end()
+
+    def end(self) -> int:
+        return watermarks(self.cfg, self.topics.commands)[0][1]
+
+    def other_worker(self) -> Worker:
+        """A second worker process's worker: same table and step, its own token and cache."""
+        mine = self.worker
+        return Worker(self.cfg, mine.step, open_state_table(self.cfg, self.topics), mine.generation,
+                      make_producer(self.cfg, **{"on_delivery": lambda *_: None}))
+
+    def position(self) -> Position:
+        return self.worker.table.positions(self.worker.generation, self.topics.commands)[0]
+
+
+@pytest.fixture
+def fx(cqrs_config: CqrsConfig, unique_name: str) -> Iterator[Fixture]:
+    topics = topics_for(app.name, unique_name + "-")
+    ensure_topics(cqrs_config, topics)
+    publish_app_schemas(cqrs_config, topics, app)
+    table = open_state_table(cqrs_config, topics)
+    generation = table.ensure_current()
+    table.close()
+    opts = ProcessorOptions("cqrs.testing.example_app:app", topics=topics, results_partitions=4,
+                            state_generation=generation)
+    yield Fixture(cqrs_config, topics, worker_for(cqrs_config, opts), opts)
+
+
+def _balance(fx: Fixture, agg: str) -> tuple[int, int]:
+    with StateReader(app, fx.cfg, topics=fx.topics) as reader:
+        s = reader.get(agg)
+    assert s is not None
+    return s.version, s.state.balance
+
+
+def test_a_serving_task_goes_on_past_its_range_and_the_next_starts_where_it_got(fx: Fixture) -> None:
+    planned = fx.send(("acc-1", OpenAccount("ann")), ("acc-1", Deposit(1)))
+    later = threading.Timer(0.5, lambda: fx.send(("acc-1", Deposit(2)), ("acc-1", Deposit(3))))
+    later.start()
+    started = time.monotonic()
+    served = run_task(fx.worker, fx.topics.commands, {0: (0, planned)}, time.monotonic() + 2.0)
+    later.join()
+    assert time.monotonic() - started >= 2.0  # it served until its time was up
+    assert (served.commands, served.accepted, served.skipped) == (4, 4, 0)
+    assert fx.position() == Position(4, fx.worker.token)
+    assert _balance(fx, "acc-1") == (4, 6)
+
+    # the next micro-batch plans (2, 4): those were served already, so nothing is re-read
+    again = run_task(fx.worker, fx.topics.commands, {0: (planned, fx.end())})
+    assert (again.commands, again.records) == (0, 0)
+
+    # the same worker goes on from its cache
+    end = fx.send(("acc-1", Deposit(4)))
+    cached = run_task(fx.worker, fx.topics.commands, {0: (4, end)})
+    assert (cached.commands, cached.cache_hits, cached.state_reads) == (1, 1, 0)
+    assert fx.position() == Position(5, fx.worker.token)
+    events = read_to_end(fx.cfg, [fx.topics.events])
+    assert len(events) == 5  # each command's event once, nothing re-emitted
+
+
+def test_a_worker_trusts_its_cache_only_while_the_position_is_its_own(fx: Fixture) -> None:
+    end = fx.send(("acc-1", OpenAccount("ann")), ("acc-1", Deposit(1)))
+    run_task(fx.worker, fx.topics.commands, {0: (0, end)})
+    other = fx.other_worker()
+    try:
+        # another worker process gets the next task: it reads the state from Cassandra
+        end2 = fx.send(("acc-1", Deposit(2)))
+        theirs = run_task(other, fx.topics.commands, {0: (end, end2)})
+        assert (theirs.commands, theirs.cache_hits, theirs.state_reads) == (1, 0, 1)
+        assert fx.position() == Position(3, other.token)
+        # back on the first worker, whose cache stopped at offset 2: it must not be used
+        # (acc-1 is at version 3 now, not 2)
+        end3 = fx.send(("acc-1", Deposit(3)))
+        mine = run_task(fx.worker, fx.topics.commands, {0: (end2, end3)})
+        assert (mine.commands, mine.cache_hits, mine.state_reads, mine.accepted) == (1, 0, 1, 1)
+    finally:
+        other.table.close()
+    assert _balance(fx, "acc-1") == (4, 6)
+    assert len(read_to_end(fx.cfg, [fx.topics.events])) == 4  # each command's event once
+
+
+def test_a_task_without_serving_stops_at_its_planned_end(fx: Fixture) -> None:
+    end = fx.send(("acc-1", OpenAccount("ann")), ("acc-1", Deposit(1)))
+    fx.send(("acc-1", Deposit(2)))  # beyond the planned range
+    stats = run_task(fx.worker, fx.topics.commands, {0: (0, end)})
+    assert (stats.commands, stats.accepted) == (2, 2)
+    assert fx.position() == Position(end, fx.worker.token)
+    assert _balance(fx, "acc-1") == (2, 1)
