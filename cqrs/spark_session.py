@@ -21,7 +21,7 @@ from cqrs.devstack.artifacts import require_installed
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["connector_jars", "spark_conf", "spark_session", "with_trigger"]
+__all__ = ["connector_jars", "spark_conf", "spark_session", "wait_until_started", "with_trigger"]
 
 FS_CHECKPOINT_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
@@ -121,3 +121,26 @@ def with_trigger(writer: Any, *, available_now: bool = False, interval: str | No
     if interval:
         return writer.trigger(processingTime=interval)
     return writer
+
+
+def wait_until_started(query: Any, timeout_s: float = 180.0) -> bool:
+    """Wait until a just-started streaming query is past initialising its sources (it read
+    offsets once: it waits for data or processed a batch); False when it stopped or the time
+    ran out.
+
+    Start the next query only then. Initialising a Python data source (the processor's) spawns
+    a Python worker that Spark allows 10 s to connect back, a limit it does not let anyone
+    change; several queries initialising at once on a busy small machine miss it and fail."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not query.isActive:
+            return False
+        if query.lastProgress is not None:
+            return True
+        message = str((query.status or {}).get("message", ""))
+        if message and not message.startswith("Initializing"):
+            return True
+        time.sleep(0.2)
+    return False

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ __all__ = [
     "cluster_services",
     "cluster_toml",
     "cluster_toml_path",
+    "crash_service",
     "kafka_nodes",
     "spark_home",
     "spark_master_url",
@@ -175,6 +178,33 @@ def cluster_services(cfg: CqrsConfig) -> list[Service]:
             # a worker started before its master keeps retrying to register: no need to wait
             f"127.0.0.1:{ui} (web UI)", wave=0, env={**env, "SPARK_LOCAL_DIRS": str(work / "tmp")}))
     return out
+
+
+def crash_service(cfg: CqrsConfig, name: str, timeout_s: float = 30.0) -> int:
+    """SIGKILL the process group of the cluster's service ``name`` (a broker, a Cassandra node,
+    a Spark worker with its executors, ...), as a crash of its machine would, and wait until it
+    is gone; its PID. For fault tests: ``DevStack(cfg, cluster=True).up()`` starts it again on
+    the same data (``up`` starts whatever is not running)."""
+    known = {s.name: s for s in cluster_services(cfg)}
+    if name not in known:
+        raise DevStackError(f"unknown cluster service {name!r}; known: {', '.join(known)}")
+    pid = known[name].process.pid()
+    if pid is None:
+        raise DevStackError(f"{name} is not running: nothing to crash")
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}").exists():
+        try:
+            os.waitpid(pid, os.WNOHANG)  # reap it if this process started it
+        except ChildProcessError:
+            pass
+        if time.monotonic() > deadline:
+            raise DevStackError(f"{name} (pid {pid}) still exists {timeout_s:.0f} s after SIGKILL")
+        time.sleep(0.05)
+    return pid
 
 
 def cluster_config(cfg: CqrsConfig) -> CqrsConfig:

@@ -83,13 +83,27 @@ class ServiceProcess:
 
     def stop(self, timeout_s: float = 60.0) -> bool:
         """SIGTERM our process group, then SIGKILL after ``timeout_s``; False if none ran."""
-        pid = self.pid()
+        pid = self.terminate()
         if pid is None:
             return False
+        self.wait_stopped(pid, timeout_s)
+        return True
+
+    def terminate(self) -> int | None:
+        """SIGTERM our process group without waiting; its PID, or None if none ran (then
+        :meth:`wait_stopped`). Stopping several services at once: signal each, then wait."""
+        pid = self.pid()
+        if pid is None:
+            return None
         try:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
+        return pid
+
+    def wait_stopped(self, pid: int, timeout_s: float = 60.0) -> None:
+        """Wait until ``pid`` (signalled by :meth:`terminate`) is gone, SIGKILL its group after
+        ``timeout_s``; the PID file is removed."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not _gone(pid):
             time.sleep(0.2)
@@ -101,7 +115,6 @@ class ServiceProcess:
             while not _gone(pid):
                 time.sleep(0.1)
         self.pid_file.unlink(missing_ok=True)
-        return True
 
     def log_tail(self, lines: int = 20) -> str:
         try:

@@ -30,7 +30,7 @@ class QuerySpec:
     returns the ``StreamingQuery``; ``generation()`` says which generation should run now."""
 
     name: str  # stable across restarts, e.g. "processor", "projector:balances"
-    kind: str  # processor | projector
+    kind: str  # processor | projector | retrier | process-manager
     input_topic: str
     start: Callable[[int | None], Any]
     generation: Callable[[], int | None] = _no_generation
@@ -50,7 +50,8 @@ class Supervisor:
     """Starts the specs' queries and watches them until :meth:`stop` (or ``stop_event``)."""
 
     def __init__(self, board: StatusBoard, specs: Sequence[QuerySpec], *, backoff_s: float = 5.0,
-                 report: Callable[[str], None] = print, poll_s: float = 1.0) -> None:
+                 report: Callable[[str], None] = print, poll_s: float = 1.0,
+                 start_timeout_s: float = 180.0) -> None:
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"query names must be unique, got {names}")
@@ -58,6 +59,7 @@ class Supervisor:
         self.backoff_s = backoff_s
         self.report = report
         self.poll_s = poll_s
+        self.start_timeout_s = start_timeout_s
         self._slots = [_Slot(s) for s in specs]
         self._stop = threading.Event()
         for s in specs:
@@ -117,9 +119,15 @@ class Supervisor:
                 self._start(slot)
 
     def run(self, stop_event: threading.Event | None = None) -> None:
-        """Start every query, then watch them until stopped."""
+        """Start every query, one after the other (each past initialising its sources before
+        the next starts: see :func:`~cqrs.spark_session.wait_until_started`), then watch them
+        until stopped."""
+        from cqrs.spark_session import wait_until_started
+
         for slot in self._slots:
             self._start(slot)
+            if slot.query is not None:
+                wait_until_started(slot.query, self.start_timeout_s)
         try:
             while not self._stop.is_set() and not (stop_event is not None and stop_event.is_set()):
                 self._stop.wait(self.poll_s)

@@ -1,13 +1,18 @@
-"""Stopping a job the tests started as a process group (``start_new_session=True``): the CLI
-process and its Spark JVM and Python workers together."""
+"""Jobs the tests start as ``cqrs`` subprocesses, each in its own process group
+(``start_new_session=True``), so stopping one stops the CLI process and its Spark JVM and Python
+workers together."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
+from pathlib import Path
 
-__all__ = ["stop"]
+import attrs
+
+__all__ = ["Jobs", "stop"]
 
 
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, grace_s: float = 60.0) -> None:
@@ -20,3 +25,30 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, grace_s: floa
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+@attrs.define
+class Jobs:
+    """A test's running ``cqrs`` commands by name, each logging to ``<tmp>/<name>.log``."""
+
+    tmp: Path
+    env: dict[str, str]
+    procs: dict[str, subprocess.Popen[bytes]] = attrs.Factory(dict)
+
+    def run(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        """Start ``cqrs <args>`` as job ``name``."""
+        with (self.tmp / f"{name}.log").open("ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "cqrs.cli.main", *args], env=self.env,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        stop(self.procs.pop(name), sig)
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")[-3000:]
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.kill(name, signal.SIGTERM)

@@ -208,7 +208,18 @@ def _chromium() -> tuple[str, str]:
 def test_status_page_in_a_real_browser(stack: Stack, tmp_path: Path) -> None:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
+
+    def fresh(probe: Callable[[], T]) -> Callable[[], T | None]:
+        """``probe``, answering None when the page redrew an element while it was read (the
+        page replaces its rows on every refresh), so ``_until`` reads it again."""
+        def guarded() -> T | None:
+            try:
+                return probe()
+            except StaleElementReferenceException:
+                return None
+        return guarded
 
     browser, driver_path = _chromium()
     options = webdriver.ChromeOptions()
@@ -229,35 +240,41 @@ def test_status_page_in_a_real_browser(stack: Stack, tmp_path: Path) -> None:
             return set(found) == {"processor", "projector:balances"} and all(
                 r.get_attribute("data-state") == "active" for r in found.values())
 
-        _until("the page shows both queries active", both_active, 60, stack.logs)
+        _until("the page shows both queries active", fresh(both_active), 60, stack.logs)
         assert driver.find_element(By.ID, "app").text == "bank"
 
         def commands_in() -> int:
             return int(driver.find_element(By.ID, "counter-commands_in").text.replace(",", ""))
 
-        shown, rows_in = commands_in(), int(rows()["processor"].get_attribute("data-input-rows"))
+        shown, rows_in = _until("the page shows its counters", fresh(lambda: (
+            commands_in(), int(rows()["processor"].get_attribute("data-input-rows")))),
+            60, stack.logs)
         acc = _acc()
         with CommandClient(app, stack.cfg) as client:
             futures = [client.send(acc, OpenAccount("zoe"), expected_version=0)]
             futures += [client.send(acc, Deposit(100 * i)) for i in range(1, 4)]
             assert [f.result(WAIT).status for f in futures] == ["accepted"] * 4
-        _until("the page counts the 4 commands", lambda: commands_in() >= shown + 4, 60, stack.logs)
-        _until("the processor row shows them",
-               lambda: int(rows()["processor"].get_attribute("data-input-rows")) >= rows_in + 4,
-               60, stack.logs)
+        _until("the page counts the 4 commands", fresh(lambda: commands_in() >= shown + 4), 60,
+               stack.logs)
+        _until("the processor row shows them", fresh(
+            lambda: int(rows()["processor"].get_attribute("data-input-rows")) >= rows_in + 4),
+            60, stack.logs)
         # in/s, done/s and lag per query: a line needs two points, which under load can take
         # a few refreshes after the first batch
-        _until("the page draws the six charts", lambda: len(driver.find_elements(
-            By.CSS_SELECTOR, "#queries svg.spark polyline")) == 6, 60, stack.logs)
+        _until("the page draws the six charts", fresh(lambda: len(driver.find_elements(
+            By.CSS_SELECTOR, "#queries svg.spark polyline")) == 6), 60, stack.logs)
         def projection_caught_up() -> bool:
             row = driver.find_element(By.CSS_SELECTOR, '#projections tr[data-projection="balances"]')
             return "current" in row.text and "100 %" in row.text
 
-        _until("the page shows the projection caught up", projection_caught_up, 60, stack.logs)
-        dead = driver.find_elements(By.CSS_SELECTOR, "#dead-letters tbody tr")
+        _until("the page shows the projection caught up", fresh(projection_caught_up), 60,
+               stack.logs)
         prefix = stack.cfg.kafka.topic_prefix
-        assert {r.get_attribute("data-topic") for r in dead} == {
-            f"{prefix}bank.dead-letters", f"{prefix}bank.projection-dead-letters"}
+        dead_letter_topics = {f"{prefix}bank.dead-letters", f"{prefix}bank.projection-dead-letters"}
+        _until("the page lists both dead-letter topics", fresh(lambda: {
+            r.get_attribute("data-topic")
+            for r in driver.find_elements(By.CSS_SELECTOR, "#dead-letters tbody tr")
+        } == dead_letter_topics), 60, stack.logs)
         assert driver.find_element(By.ID, "error").text == ""
         time.sleep(2.5)  # one more refresh, so the charts have their latest point
         update = os.environ.get("CQRS_UPDATE_SCREENSHOTS", "") in ("1", "true", "yes")

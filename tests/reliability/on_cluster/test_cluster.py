@@ -3,29 +3,19 @@
 standalone master with two workers. Only configuration differs: the processor and the projector
 of the bank run as `cqrs run ...` processes with ``CQRS_CONFIG`` pointing at the file `up` wrote.
 
-The cluster uses its own ports and folder, so it runs beside the shared single-node stack; this
-module starts it and stops it again (unless it was already running).
+The cluster uses its own ports and folder, so it runs beside the shared single-node stack; the
+package's conftest starts it once for this module and the fault suite, and stops it after them
+(unless it was already running).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
-import attrs
 import pytest
 
+from cluster_harness import WAIT, Cluster, eventually, fresh_names, job_report, spark_apps, start_job
 from cqrs.client import CommandClient, StateReader
-from cqrs.config import CqrsConfig, load_config
-from cqrs.devstack import artifacts
-from cqrs.devstack.cluster import cluster_toml_path, spark_master_url
-from cqrs.devstack.stack import DevStack
+from cqrs.config import CqrsConfig
 from cqrs.topics import topics_for
 from domain_examples.bank import Deposit, OpenAccount, Withdraw, app
 from projections import ProjectionReader
@@ -33,61 +23,14 @@ from projections.stores import cached_store
 from process_group import stop
 
 APP_REF = "domain_examples.bank:app"
-WAIT = 150.0
 # the first result waits for two Spark applications to start on 2 shared cores: executors,
 # Python workers, topics with 3 replicas and tables on 2 Cassandra nodes (140-200 s measured)
 FIRST = 300.0
 
 
-@attrs.frozen
-class Cluster:
-    cfg: CqrsConfig
-    env: dict[str, str]
-    logs: Path
-
-
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    base = load_config()
-    if not all(artifacts.is_installed(base.dev, c) for c in artifacts.COMPONENTS):
-        artifacts.install(base.dev)
-    stack = DevStack(base, cluster=True)
-    already = any(s.running for s in stack.status())
-    started = time.monotonic()
-    statuses = stack.up(say=lambda m: None)
-    took = time.monotonic() - started
-    assert all(s.healthy for s in statuses), statuses
-    print(f"cluster up in {took:.1f} s; resident MiB: "
-          + ", ".join(f"{s.name} {s.resident_mib:.0f}" for s in statuses if s.resident_mib))
-    tmp = tmp_path_factory.mktemp("cluster")
-    env = {
-        **os.environ,
-        "CQRS_CONFIG": str(cluster_toml_path(base)),  # the file `cqrs dev up --cluster` wrote
-        "CQRS_KAFKA_TOPIC_PREFIX": f"t-cluster-{uuid.uuid4().hex[:8]}-",
-        "CQRS_CASSANDRA_KEYSPACE": f"t_cluster_{uuid.uuid4().hex[:8]}",
-        "CQRS_SPARK_CHECKPOINT_DIR": str(tmp / "checkpoints"),
-        "PYTHONPATH": os.pathsep.join(sys.path),
-    }
-    try:
-        yield Cluster(load_config(env=env), env, tmp)
-    finally:
-        if not already:
-            stack.down(say=lambda m: None)
-
-
-def _start(cluster: Cluster, *argv: str) -> subprocess.Popen[bytes]:
-    log = (cluster.logs / f"{argv[1]}.log").open("wb")
-    return subprocess.Popen([sys.executable, "-m", "cqrs.cli.main", *argv], env=cluster.env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _eventually(check: Any, timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got or time.monotonic() > deadline:
-            return got
-        time.sleep(1.0)
+def cluster(local_cluster: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> Cluster:
+    return fresh_names(local_cluster, tmp_path_factory.mktemp("cluster"), "cluster")
 
 
 def _topic_settings(cfg: CqrsConfig, topic: str) -> tuple[int, str]:
@@ -116,35 +59,34 @@ def _keyspace_replication(cfg: CqrsConfig) -> dict[str, str]:
         c.shutdown()
 
 
-def _spark_apps(cfg: CqrsConfig) -> dict[str, int]:
-    """Running applications on the standalone master: name -> cores they hold."""
-    import json
-    import urllib.request
-
-    port = int(spark_master_url(cfg).rsplit(":", 1)[1]) + 1000
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/", timeout=5) as reply:  # noqa: S310
-        return {a["name"]: a["cores"] for a in json.loads(reply.read())["activeapps"]}
-
-
 def test_bank_on_the_cluster(cluster: Cluster) -> None:
     cfg = cluster.cfg
     assert cfg.spark.master.startswith("spark://")
     assert len(cfg.kafka.bootstrap_servers.split(",")) == 3
     assert cfg.cassandra.contact_points() == ["127.0.0.2", "127.0.0.3"]
-    processor = _start(cluster, "run", "processor", APP_REF)
-    projector = _start(cluster, "run", "projector", APP_REF)
+    processor = start_job(cluster, "run", "processor", APP_REF)
+    projector = start_job(cluster, "run", "projector", APP_REF)
+
+    def jobs() -> str:  # what a failure message ends with: each job's state and log
+        try:
+            apps: object = spark_apps(cfg, states=True)
+        except OSError as exc:
+            apps = f"(the master did not answer: {exc})"
+        return (f"\nSpark applications: {apps}" + job_report(cluster, processor, "processor")
+                + job_report(cluster, projector, "projector"))
+
     try:
         started = time.monotonic()
         with CommandClient(app, cfg) as client:
             opened = client.send_and_wait("acc-ann", OpenAccount("ann"), expected_version=0,
                                           timeout=FIRST)
-            assert (opened.status, opened.version) == ("accepted", 1), opened
+            assert (opened.status, opened.version) == ("accepted", 1), f"{opened}{jobs()}"
             print(f"first result {time.monotonic() - started:.1f} s after the processor's start")
             # both jobs are Spark applications on the standalone master, each on two executors
-            apps = _spark_apps(cfg)
-            assert apps.get(f"cqrs-processor-{app.name}") == 2, apps
-            assert _eventually(lambda: _spark_apps(cfg).get(f"cqrs-projector-{APP_REF}") == 2), \
-                _spark_apps(cfg)
+            apps = spark_apps(cfg)
+            assert apps.get(f"cqrs-processor-{app.name}") == 2, jobs()
+            assert eventually(lambda: spark_apps(cfg).get(f"cqrs-projector-{APP_REF}") == 2), \
+                jobs()
             sent = [client.send("acc-ann", Deposit(100_00)), client.send("acc-bob", OpenAccount("bob")),
                     client.send("acc-ann", Withdraw(30_00)), client.send("acc-bob", Withdraw(5_00))]
             got = [f.result(timeout=WAIT) for f in sent]
@@ -157,11 +99,12 @@ def test_bank_on_the_cluster(cluster: Cluster) -> None:
             assert ann is not None and ann.state.balance_cents == 70_00
 
         reader = ProjectionReader(app, cached_store(cfg))
-        row = _eventually(lambda: (r := reader.get("balances", "acc-ann")) and
+        row = eventually(lambda: (r := reader.get("balances", "acc-ann")) and
                           r["balance_cents"] == 70_00 and r)
-        assert row and row["owner"] == "ann" and row["is_open"] is True, row
-        bob = _eventually(lambda: reader.get("balances", "acc-bob"))
-        assert bob is not None and bob["balance_cents"] == 0 and bob["owner"] == "bob"
+        assert row and row["owner"] == "ann" and row["is_open"] is True, f"{row}{jobs()}"
+        bob = eventually(lambda: reader.get("balances", "acc-bob"))
+        assert bob is not None and bob["balance_cents"] == 0 and bob["owner"] == "bob", \
+            f"{bob}{jobs()}"
 
         # the framework's topics follow the cluster's configuration: 3 replicas, 2 in sync
         topics = topics_for(app.name, cfg.kafka.topic_prefix)
@@ -169,7 +112,11 @@ def test_bank_on_the_cluster(cluster: Cluster) -> None:
             assert _topic_settings(cfg, topic) == (3, "2"), topic
         # and the keyspace is replicated on both Cassandra nodes
         assert _keyspace_replication(cfg)["replication_factor"] == "2"
-        assert processor.poll() is None and projector.poll() is None
+        assert processor.poll() is None and projector.poll() is None, jobs()
+    except Exception as exc:  # a time-out or failed check says how the jobs were doing
+        if "the end of its log" not in str(exc):
+            exc.add_note(jobs())
+        raise
     finally:
         stop(processor)
         stop(projector)
