@@ -13,6 +13,11 @@ The delay before attempt ``n + 1`` is ``initial_s * multiplier ** (n - 1)``, cap
 ``max_s``, times a random factor in ``[1 - jitter, 1 + jitter]``. After ``max_attempts``
 attempts the letter is parked. A :class:`Backoff` can be set per command type and per error
 type; an error type's wins over a command type's, which wins over the default.
+
+A **projection** whose handler failed parks the aggregate (or re-keyed view); the projector
+replays its dead letters after ``projections`` (or ``by_projection[name]``): the same
+:class:`Backoff`, every handler failure counts (a handler may be fixed and deployed meanwhile,
+or call something that was down), ``None`` leaves the aggregate to operators at once.
 """
 
 from __future__ import annotations
@@ -87,6 +92,9 @@ class RetryPolicy:
                                            for k, v in dict(m).items()})
     by_error: Mapping[str, Backoff] = attrs.field(
         factory=dict, converter=lambda m: {error_name(k): v for k, v in dict(m).items()})
+    projections: Backoff | None = Backoff()
+    by_projection: Mapping[str, Backoff | None] = attrs.field(
+        factory=dict, converter=lambda m: {_projection_name(k): v for k, v in dict(m).items()})
 
     def is_transient(self, error_types: Iterable[str]) -> bool:
         """Whether a failure is retried: ``error_types`` are its exception's class and bases
@@ -97,3 +105,19 @@ class RetryPolicy:
         """The backoff for a command type and error type (type names, as on the wire)."""
         found = self.by_error.get(error_type) or self.by_command.get(command_type)
         return found if found is not None else self.default
+
+    def projection_backoff(self, projection: str) -> Backoff | None:
+        """The backoff of a projection's parked aggregates (``None``: not retried, parked for
+        an operator at once)."""
+        if projection in self.by_projection:
+            return self.by_projection[projection]
+        return self.projections
+
+
+def _projection_name(projection: Any) -> str:
+    """A projection's name from its name or its class (``name`` attribute)."""
+    name = projection if isinstance(projection, str) else getattr(projection, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"by_projection key {projection!r} is neither a projection name nor a "
+                          "Projection class with a name")
+    return name

@@ -3,7 +3,9 @@ aggregates parked behind them (key = aggregate id, so they stay in order per agg
 
 ``cqrs projections dlq <app> list`` shows them; ``replay`` folds them, with the handlers as they
 are now, onto the parked views and clears the parking mark when every event applies. Replaying is
-idempotent: run it again after fixing more, or when the projector parked more meanwhile.
+idempotent: run it again after fixing more, or when the projector parked more meanwhile. The
+projector also replays a parked view's letters by itself after a backoff
+(:mod:`projections.dlq_retry`).
 """
 
 from __future__ import annotations
@@ -39,22 +41,30 @@ def dead_letter_topic(app_name: str, prefix: str = "") -> str:
 
 
 def ensure_dead_letter_topic(cfg: CqrsConfig, topic: str) -> None:
+    """Create the dead-letter topic unless it exists, and wait until it answers for its offsets:
+    the projector reads its ends right after (on a cluster, the broker it asks may not know a
+    topic the controller created a moment ago, and the projector took it for missing)."""
     from confluent_kafka.admin import NewTopic
 
     from cqrs.kafka_io import make_admin
+    from cqrs.topics import wait_until_readable
 
     admin = make_admin(cfg)
     if topic in admin.list_topics(timeout=30).topics:
+        wait_until_readable(cfg, [topic])  # (another projector may have created it a moment ago)
         return
+    every = ({"min.insync.replicas": str(cfg.kafka.min_insync_replicas)}
+             if cfg.kafka.min_insync_replicas > 0 else {})
     futures = admin.create_topics([NewTopic(topic, cfg.kafka.default_partitions,
                                             cfg.kafka.replication_factor,
-                                            config={"retention.ms": "-1"})])
+                                            config={"retention.ms": "-1", **every})])
     for future in futures.values():
         try:
             future.result(timeout=30)
         except Exception as exc:  # noqa: BLE001 - created meanwhile by another process is fine
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
+    wait_until_readable(cfg, [topic])
 
 
 @attrs.frozen
@@ -112,6 +122,7 @@ class ReplayReport:
     aggregates: int
     events: int
     still_parked: int
+    failed: tuple[DeadLetter, ...] = ()  # the letters still not applied, the failing one first
 
 
 def replay_dead_letters(store: ProjectionStore, target: Target, letters: Sequence[DeadLetter],
@@ -122,7 +133,8 @@ def replay_dead_letters(store: ProjectionStore, target: Target, letters: Sequenc
     stats: BatchStats = apply_batch(store, target, [dl.record for dl in letters], decode,
                                     still.extend, unpark=True)
     parked = len({dl.record.aggregate_id for dl in still})
-    return ReplayReport(target.projection.name, stats.aggregates, stats.events, parked)
+    return ReplayReport(target.projection.name, stats.aggregates, stats.events, parked,
+                        tuple(still))
 
 
 DeadLetterSink = Callable[[str, Sequence[DeadLetter]], Any]

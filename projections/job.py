@@ -8,6 +8,11 @@ per partition comes back to the driver, which records the positions.
 
 Each projection has its own checkpoint per generation: ``<checkpoint_dir>/<app>/projections/
 <projection>/g<generation>``.
+
+The driver also records the views a batch parked, and (unless ``available_now``) a timer of the
+same driver replays their dead letters after the app's backoff, between two micro-batches
+(:mod:`projections.dlq_retry`): :func:`start_projector` then returns the query and the timer as
+one :class:`cqrs.retrier.job.RetrierQuery`.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from cqrs.spark_session import with_trigger
 from cqrs.topics import topics_for
 from projections.apply import BatchStats, Target, apply_batch
 from projections.dlq import dead_letter_topic, ensure_dead_letter_topic, to_dlq_record
+from projections.dlq_retry import Parking, ProjectionRetrier, RoundStats, parkings_of
 from projections.errors import ProjectionStoreError
 from projections.records import EventRecord
 from projections.stores import cached_store
@@ -37,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ProjectorOptions",
     "apply_frame",
+    "apply_frame_parking",
     "checkpoint_for",
     "event_frame",
     "start_projector",
@@ -150,9 +157,17 @@ def _partition_fn(cfg: CqrsConfig, opts: ProjectorOptions, base: str,
         ctx = _context(cfg, opts)
         records = [r for _, batch in _records(batches) for r in batch]
         target = Target(ctx.projection, base, generation)
-        stats = apply_batch(ctx.store, target, records, ctx.decode, ctx.send_dead_letters)
+        letters: list[Any] = []
+
+        def dead_letter(dead: Any) -> None:
+            ctx.send_dead_letters(dead)
+            letters.extend(dead)
+
+        stats = apply_batch(ctx.store, target, records, ctx.decode, dead_letter)
         row = {f: [getattr(stats, f)] for f in STATS_FIELDS}
         row["positions"] = [json.dumps(stats.positions)]
+        row["parked"] = [json.dumps([attrs.astuple(p) for p in
+                                     parkings_of(ctx.projection, letters, ctx.decode)])]
         yield pa.RecordBatch.from_pydict(row)
     return run
 
@@ -185,6 +200,12 @@ def apply_frame(frame: DataFrame, cfg: CqrsConfig, opts: ProjectorOptions, base:
     A re-keyed projection's frame is first partitioned by view key, so the events of one view
     are folded by one task (two tasks never read-modify-write the same view); otherwise a Spark
     partition is a Kafka partition's slice and each aggregate's events stay in one task."""
+    return apply_frame_parking(frame, cfg, opts, base, generation)[0]
+
+
+def apply_frame_parking(frame: DataFrame, cfg: CqrsConfig, opts: ProjectorOptions, base: str,
+                        generation: int) -> tuple[BatchStats, list[Parking]]:
+    """:func:`apply_frame`, and the views the frame dead-lettered events of."""
     from cqrs.loading import load_app
     from projections.model import RekeyedProjection, find_projection
 
@@ -193,27 +214,38 @@ def apply_frame(frame: DataFrame, cfg: CqrsConfig, opts: ProjectorOptions, base:
                                                         EVENT_SCHEMA + ", view_key string")
         frame = keyed.repartition("view_key").drop("view_key")
     stats_schema = ("events long, applied long, aggregates long, dead_letters long, "
-                    "positions string")
+                    "positions string, parked string")
     rows = frame.mapInArrow(_partition_fn(cfg, opts, base, generation), stats_schema).collect()
     total = BatchStats()
+    parked: list[Parking] = []
     for r in rows:
         total.add(BatchStats(r.events, r.applied, r.aggregates, r.dead_letters,
                              {int(p): o for p, o in json.loads(r.positions).items()}))
-    return total
+        parked += [Parking(*p) for p in json.loads(r.parked)]
+    return total, parked
 
 
 def start_projector(spark: SparkSession, cfg: CqrsConfig, opts: ProjectorOptions,
                     generation: int, *, available_now: bool = False,
                     starting_offsets: str = "earliest",
-                    on_batch: Callable[[int, BatchStats], None] | None = None) -> StreamingQuery:
-    """Start the streaming query of one projection generation (its tables must exist)."""
+                    on_batch: Callable[[int, BatchStats], None] | None = None,
+                    on_retry_round: Callable[[RoundStats], None] | None = None) -> StreamingQuery:
+    """Start the streaming query of one projection generation (its tables must exist); unless
+    ``available_now``, with the timer that retries its parked views (``on_retry_round``: called
+    after each round of it)."""
     from cqrs.loading import load_app
+    from projections.model import find_projection
 
     app = load_app(opts.app_ref)
     prefix = cfg.kafka.topic_prefix if opts.topic_prefix is None else opts.topic_prefix
     topics = topics_for(app.name, prefix)
-    ensure_dead_letter_topic(cfg, dead_letter_topic(app.name, prefix))
+    dlq_topic = dead_letter_topic(app.name, prefix)
+    ensure_dead_letter_topic(cfg, dlq_topic)
     base = table_base(app.name, opts.projection)
+    retrier = ProjectionRetrier(cfg, app, find_projection(app, opts.projection), topics.base, base,
+                                generation, dlq_topic, topics.schemas, cached_store(cfg))
+    if not available_now:  # (without a mark a replay reads the whole topic: right, slower)
+        retrier.mark_dead_letters()
     limit = opts.max_events_per_trigger or cfg.projections.max_events_per_trigger
     source = (spark.readStream.format("kafka").options(**cfg.kafka.spark_options())
               .option("subscribe", topics.events)
@@ -224,13 +256,24 @@ def start_projector(spark: SparkSession, cfg: CqrsConfig, opts: ProjectorOptions
               .load())
 
     def batch(frame: DataFrame, batch_id: int) -> None:
-        stats = apply_frame(event_frame(frame), cfg, opts, base, generation)
-        if stats.positions:
-            cached_store(cfg).save_positions(base, generation, stats.positions)
+        with retrier.lock:  # no retry round while a batch is applied
+            stats, parked = apply_frame_parking(event_frame(frame), cfg, opts, base, generation)
+            if stats.positions:
+                cached_store(cfg).save_positions(base, generation, stats.positions)
+            retrier.record(parked)
+            if stats.dead_letters:
+                retrier.mark_dead_letters()
+            if available_now:  # no timer: nothing to keep open between batches
+                retrier.close()
         if on_batch is not None:
             on_batch(batch_id, stats)
 
     writer = (source.writeStream.foreachBatch(batch)
               .option("checkpointLocation", checkpoint_for(cfg, app.name, opts.projection, generation))
               .queryName(f"cqrs-projector-{app.name}-{opts.projection}-g{generation}"))
-    return with_trigger(writer, available_now=available_now, interval=opts.trigger_interval).start()
+    query = with_trigger(writer, available_now=available_now, interval=opts.trigger_interval).start()
+    if available_now:
+        return query
+    from cqrs.retrier.job import RetrierQuery
+
+    return RetrierQuery(query, retrier, cfg.retrier.interval_s, on_retry_round)  # type: ignore[arg-type, return-value]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+from typing import Any
 
 from cqrs.cli.run_cmd import job_parsers
 from cqrs.config import CqrsConfig
@@ -32,10 +33,16 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     status.add_argument("app", help=_APP_HELP)
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(run=_run_status)
-    dlq = sub.add_parser("dlq", help="list or replay the projections' dead letters")
+    dlq = sub.add_parser(
+        "dlq", help="list or replay the projections' dead letters",
+        description="list: the dead letters in the topic, then the parked views the projector "
+        "retries (waiting, with the next attempt's due time) or gave up on (parked for an "
+        "operator), each with its attempts. replay: fold the dead letters with today's "
+        "handlers and release the views whose events all apply.")
     dlq.add_argument("app", help=_APP_HELP)
     dlq.add_argument("action", choices=["list", "replay"])
     dlq.add_argument("--projection", default=None, help="only this projection")
+    dlq.add_argument("--json", action="store_true", help="list: print JSON")
     dlq.set_defaults(run=_run_dlq)
 
     rebuild = commands.add_parser(
@@ -107,12 +114,25 @@ def _run_dlq(cfg: CqrsConfig, args: argparse.Namespace) -> int:
         if e.projection in wanted:
             by_projection[e.projection].append(e.letter)
     if args.action == "list":
+        parkings = _parkings(cfg, app, sorted(wanted))
+        if args.json:
+            print(json.dumps({
+                "dead_letters": [{"projection": name, "aggregate_id": dl.record.aggregate_id,
+                                  "version": dl.record.version,
+                                  "message_type": dl.record.message_type, "reason": dl.reason,
+                                  "error": dl.error}
+                                 for name, letters in sorted(by_projection.items())
+                                 for dl in letters],
+                "parkings": parkings}, indent=2))
+            return 0
         for name, letters in sorted(by_projection.items()):
             for dl in letters:
                 r = dl.record
                 print(f"{name}\t{r.aggregate_id}\tv{r.version}\t{r.message_type}\t{dl.reason}\t"
                       f"{dl.error}")
         print(f"{sum(map(len, by_projection.values()))} dead letters")
+        for line in _parking_lines(parkings):
+            print(line)
         return 0
     schemas = KafkaSchemaStore(cfg.kafka.bootstrap_servers,
                                topics_for(app.name, cfg.kafka.topic_prefix).schemas,
@@ -129,12 +149,88 @@ def _run_dlq(cfg: CqrsConfig, args: argparse.Namespace) -> int:
             report = replay_dead_letters(store, Target(p, base, generation), by_projection[p.name],
                                          decode)
             still += report.still_parked
+            retrier = _retrier(cfg, app, p, generation, store)
+            try:
+                closed = retrier.settle()
+            finally:
+                retrier.close()
             print(f"{p.name}: replayed {report.events} dead letters of {report.aggregates} "
-                  f"aggregates; {report.still_parked} still parked")
+                  f"aggregates; {report.still_parked} still parked"
+                  + (f"; {closed} parked views released" if closed else ""))
     finally:
         store.close()
         schemas.close()
     return 1 if still else 0
+
+
+def _retrier(cfg: CqrsConfig, app: Any, projection: Any, generation: int, store: Any) -> Any:
+    from cqrs.topics import topics_for
+    from projections.dlq import dead_letter_topic
+    from projections.dlq_retry import ProjectionRetrier
+    from projections.store import table_base
+
+    topics = topics_for(app.name, cfg.kafka.topic_prefix)
+    return ProjectionRetrier(cfg, app, projection, topics.base, table_base(app.name, projection.name),
+                             generation, dead_letter_topic(app.name, cfg.kafka.topic_prefix),
+                             topics.schemas, store)
+
+
+def _parkings(cfg: CqrsConfig, app: Any, names: list[str]) -> list[dict[str, Any]]:
+    """The parked views of the projections' current generations that the projector retries
+    or gave up on, each with its attempts (JSON-ready)."""
+    import attrs
+
+    from projections.model import select
+    from projections.store import table_base
+    from projections.stores import open_store
+
+    out: list[dict[str, Any]] = []
+    store = open_store(cfg)
+    try:
+        for p in select(app, names):
+            generation = store.generations(table_base(app.name, p.name)).current
+            if generation is None:
+                continue
+            retrier = _retrier(cfg, app, p, generation, store)
+            try:
+                for letter, attempts in retrier.open_letters():
+                    out.append({"projection": p.name, "generation": generation,
+                                "key": letter.aggregate_id, "id": letter.command_id,
+                                "state": letter.state, "attempts": letter.attempts,
+                                "due_ms": letter.due_ms, "error": letter.error,
+                                "history": [{k: v for k, v in attrs.asdict(a).items()
+                                             if k not in ("key", "value", "headers", "offsets",
+                                                          "command_id", "letter", "note",
+                                                          "delivering_ms")}
+                                            for a in attempts]})
+            finally:
+                retrier.close()
+    finally:
+        store.close()
+    return out
+
+
+def _clock(ms: int | None) -> str:
+    import datetime as dt
+
+    return "-" if ms is None else dt.datetime.fromtimestamp(ms / 1000).strftime("%H:%M:%S")
+
+
+def _parking_lines(parkings: list[dict[str, Any]]) -> list[str]:
+    if not parkings:
+        return ["no parked views waiting for a retry or an operator"]
+    lines = [f"{len(parkings)} parked views (the projector retries waiting ones by itself):"]
+    for k in parkings:
+        what = (f"waiting, attempt {k['attempts'] + 1} due {_clock(k['due_ms'])}"
+                if k["state"] == "waiting"
+                else f"parked for an operator after {k['attempts']} attempts")
+        lines.append(f"{k['projection']} g{k['generation']}\t{k['key']}\t{what}\t{k['error']}")
+        for a in k["history"]:
+            fate = (f"replayed {_clock(a['delivered_ms'])}: {a['outcome']}" if a["state"] == "replayed"
+                    else a["state"] if a["state"] != "waiting" else f"retry due {_clock(a['due_ms'])}")
+            lines.append(f"  attempt {a['attempt']}\t{_clock(a['failed_ms'])}\t{a['stage']}\t"
+                         f"{a['error']}\t{fate}")
+    return lines
 
 
 def _run_rebuild(cfg: CqrsConfig, args: argparse.Namespace) -> int:

@@ -4,10 +4,8 @@ failures delivered again after their backoff, letters out of attempts parked).""
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import time
 
-from cqrs.cli.run_cmd import job_parsers
+from cqrs.cli.run_cmd import job_parsers, say, serve_query
 from cqrs.config import CqrsConfig
 
 __all__ = ["register"]
@@ -25,14 +23,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     run.set_defaults(run=_run_retrier)
 
 
-def _say(message: str) -> None:
-    print(f"{_dt.datetime.now():%H:%M:%S} {message}", flush=True)
-
-
 def _run_retrier(cfg: CqrsConfig, args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
     from cqrs.loading import load_app
     from cqrs.retrier.job import RetrierOptions, checkpoint_for, start_retrier
     from cqrs.spark_session import spark_session
@@ -43,24 +34,12 @@ def _run_retrier(cfg: CqrsConfig, args: argparse.Namespace) -> int:
 
     def on_ingest(batch_id: int, s: object) -> None:
         if getattr(s, "letters", 0):
-            _say(f"batch {batch_id}: {s}")
+            say(f"batch {batch_id}: {s}")
 
     def on_round(s: object) -> None:
         if getattr(s, "due", 0):
-            _say(f"round: {s}")
+            say(f"round: {s}")
 
     query = start_retrier(spark, cfg, opts, on_ingest=on_ingest, on_round=on_round)
-    _say(f"retrier for {app.name!r} running; checkpoint {opts.checkpoint}")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        while query.isActive and not stop.is_set():
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    error = query.exception()
-    query.stop()
-    if error is not None:
-        _say(f"stopped: {error}")
-        return 1
-    return 0
+    say(f"retrier for {app.name!r} running; checkpoint {opts.checkpoint}")
+    return serve_query(query)

@@ -5,12 +5,10 @@ stand-in service that fails while a flag file says so."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,8 @@ from cqrs.topics import AppTopics, ensure_topics, topics_for
 APPS = Path(__file__).parent / "apps"
 sys.path.insert(0, str(APPS))
 import flaky_app  # noqa: E402
-from process_group import stop
+from process_group import Jobs
+from waiting import wait_for
 
 APP_REF = "flaky_app:app"
 app = flaky_app.app
@@ -39,26 +38,15 @@ class Stack:
     cfg: CqrsConfig
     topics: AppTopics
     tmp: Path
-    env: dict[str, str]
     client: CommandClient
-    procs: dict[str, subprocess.Popen[bytes]] = attrs.Factory(dict)
+    jobs: Jobs
 
     def start(self, job: str, *extra: str) -> None:
-        log = self.tmp / f"{job}.log"
-        with log.open("ab") as out:
-            self.procs[job] = subprocess.Popen(
-                [sys.executable, "-m", "cqrs.cli.main", "run", job, APP_REF, *extra],
-                env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.jobs.run(job, "run", job, APP_REF, *extra)
 
-    def kill(self, job: str, sig: int = signal.SIGKILL) -> None:
-        stop(self.procs.pop(job), sig)
-
-    def log(self, job: str) -> str:
-        return (self.tmp / f"{job}.log").read_text(errors="replace")[-3000:]
-
-    def flag(self, failures: int) -> str:
+    def flag(self, failures: int, slow: bool = False) -> str:
         path = self.tmp / f"flag-{uuid.uuid4().hex[:8]}"
-        path.write_text(str(failures))
+        path.write_text(f"{failures} slow" if slow else str(failures))
         return str(path)
 
     def store(self) -> RetryStore:
@@ -68,16 +56,6 @@ class Stack:
 def calls(flag: str) -> list[float]:
     path = Path(flag).with_suffix(".calls")
     return [float(x) for x in path.read_text().split()] if path.exists() else []
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -92,17 +70,16 @@ def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> 
            "CQRS_KAFKA_TOPIC_PREFIX": prefix, "CQRS_KAFKA_BOOTSTRAP": cfg.kafka.bootstrap_servers,
            "CQRS_SPARK_CHECKPOINT_DIR": str(tmp / "ck"), "CQRS_RETRIER_INTERVAL": "0.5",
            "CQRS_RETRIER_TRIGGER": "500 milliseconds", "CQRS_METRICS_PORT": "0"}
-    s = Stack(cfg, topics, tmp, env, CommandClient(app, cfg))
+    s = Stack(cfg, topics, tmp, CommandClient(app, cfg), Jobs(tmp, env))
     s.start("processor", "--trigger", "300 milliseconds")
     s.start("retrier")
     try:
         warm = s.client.send_and_wait("warm-up", flaky_app.Charge(1, s.flag(1)), timeout=180)
-        assert warm.status == "accepted", s.log("processor") + s.log("retrier")
+        assert warm.status == "accepted", s.jobs.log("processor") + s.jobs.log("retrier")
         yield s
     finally:
         s.client.close()
-        for job in list(s.procs):
-            s.kill(job, signal.SIGTERM)
+        s.jobs.stop_all()
 
 
 def results_of(s: Stack, command_id: str) -> list[Any]:
@@ -182,18 +159,20 @@ def test_a_poison_command_never_delays_other_aggregates(stack: Stack) -> None:
 
 
 def test_sigkill_mid_backoff_then_restart_delivers_each_due_letter_once(stack: Stack) -> None:
-    flags = [stack.flag(1) for _ in range(6)]
+    # the slow error's backoff (6 s +- 20 %) keeps every letter waiting long enough to see them
+    # all waiting at once, however the processor and the job batch them
+    flags = [stack.flag(1, slow=True) for _ in range(6)]
     futures = [stack.client.send(f"crash-{i}", flaky_app.Charge(1, f)) for i, f in enumerate(flags)]
     store = stack.store()
     try:
         wait_for("the letters waiting", lambda: all(
             (row := store.letter(f.command_id)) is not None and row.state == "waiting"
             for f in futures))
-        stack.kill("retrier")  # mid-backoff: every retry is due within ~1.2 s
-        time.sleep(3.0)  # they all fall due while the job is dead
+        stack.jobs.kill("retrier")  # mid-backoff: every retry is due within ~7.2 s
+        time.sleep(8.0)  # they all fall due while the job is dead
         stack.start("retrier")
         answers = [stack.client.wait(f, timeout=120) for f in futures]
-        assert [a.status for a in answers] == ["accepted"] * len(futures), stack.log("retrier")
+        assert [a.status for a in answers] == ["accepted"] * len(futures), stack.jobs.log("retrier")
         for f, flag in zip(futures, flags, strict=True):
             assert len(calls(flag)) == 2, flag  # the failure and one retry, not two
             assert len(deliveries(stack, f.command_id)) == 1

@@ -16,13 +16,19 @@ from cqrs.app import App
 from cqrs.domain import Aggregate, CommandHandler, Event, command, event
 from cqrs.retries import Backoff, RetryPolicy
 
-__all__ = ["BACKOFF", "Charge", "Charged", "ServiceUnavailable", "app"]
+__all__ = ["BACKOFF", "SLOW_BACKOFF", "Charge", "Charged", "ServiceUnavailable",
+           "SlowServiceUnavailable", "app"]
 
 BACKOFF = Backoff(initial_s=1.0, multiplier=2.0, max_s=8.0, jitter=0.2, max_attempts=4)
+SLOW_BACKOFF = Backoff(initial_s=6.0, multiplier=2.0, max_s=24.0, jitter=0.2, max_attempts=4)
 
 
 class ServiceUnavailable(Exception):
     """The stand-in payment service is down (declared transient)."""
+
+
+class SlowServiceUnavailable(ServiceUnavailable):
+    """Down for longer: retried after SLOW_BACKOFF (a flag file whose text ends in "slow")."""
 
 
 @command(name="flaky.Charge")
@@ -44,7 +50,8 @@ class Wallet(Aggregate, name="flaky.Wallet"):
 
 
 def call_service(flag: str) -> None:
-    """Fails while the flag file holds a count above 0 (and counts it down)."""
+    """Fails while the flag file holds a count above 0 (and counts it down); a count followed
+    by " slow" fails with SlowServiceUnavailable."""
     path = Path(flag)
     with open(path.with_suffix(".calls"), "a") as calls:
         calls.write(f"{time.time():.3f}\n")
@@ -52,12 +59,14 @@ def call_service(flag: str) -> None:
         return
     with open(path, "r+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
-        left = int(f.read().strip() or "0")
+        count, _, kind = (f.read().strip() or "0").partition(" ")
+        left = int(count)
         if left > 0:
             f.seek(0)
             f.truncate()
-            f.write(str(left - 1))
-            raise ServiceUnavailable(f"payment service down ({left} more failures)")
+            f.write(f"{left - 1} {kind}".strip())
+            error = SlowServiceUnavailable if kind == "slow" else ServiceUnavailable
+            raise error(f"payment service down ({left} more failures)")
 
 
 class WalletHandler(CommandHandler[Wallet]):
@@ -67,4 +76,5 @@ class WalletHandler(CommandHandler[Wallet]):
 
 
 app = App("flaky", aggregates=[Wallet], handlers=[WalletHandler],
-          retries=RetryPolicy(transient=[ServiceUnavailable], default=BACKOFF))
+          retries=RetryPolicy(transient=[ServiceUnavailable], default=BACKOFF,
+                              by_error={SlowServiceUnavailable: SLOW_BACKOFF}))
