@@ -78,7 +78,7 @@ def apply_batch(store: ProjectionStore, target: Target, records: Iterable[EventR
                  for agg, recs in groups.items()]
         stats.aggregates = len(groups)
     views = [f.view for f in folds if f.view is not None]
-    category = [f.category for f in folds if f.category is not None]
+    category = [c for f in folds for c in f.category]
     dead = [d for f in folds for d in f.dead]
     stats.applied = sum(f.applied for f in folds)
     stats.dead_letters = len(dead)

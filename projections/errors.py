@@ -31,7 +31,8 @@ class UnknownProjectionError(ProjectionError, LookupError):
 
 
 class CategoryKeyChangedError(ProjectionError, ValueError):
-    """A handler changed the group or order value of a category item after it was set."""
+    """A handler changed the order value of a category item after it was set (a changed group
+    value moves the item instead)."""
 
 
 class ProjectionStoreError(ProjectionError, RuntimeError):

@@ -7,7 +7,9 @@ unit tests, so they cannot disagree. Rules:
 - a parked aggregate's events are dead-lettered behind the one that failed (no view is ever
   built over a hole); so are events after a gap in the versions;
 - a failing handler parks the aggregate at that version: the view keeps the fold up to the
-  event before, the event and its successors go to the dead letters.
+  event before, the event and its successors go to the dead letters;
+- a category item whose group changes moves: :class:`CategoryTrail` writes it in its new
+  group and leaves a deleted row in its slot of the old one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from projections.errors import CategoryKeyChangedError
 from projections.model import DELETE, CategoryProjection, EventMeta, Projection
 from projections.records import CategoryWrite, DeadLetter, EventRecord, StoredView, ViewWrite
 
-__all__ = ["AggregateFold", "fold_aggregate", "group_by_aggregate", "needs_read"]
+__all__ = ["AggregateFold", "CategoryTrail", "fold_aggregate", "group_by_aggregate", "needs_read"]
 
 Decode = Callable[[bytes], Any]
 
@@ -31,7 +33,7 @@ class AggregateFold:
     """What folding one aggregate produced."""
 
     view: ViewWrite | None = None
-    category: CategoryWrite | None = None
+    category: list[CategoryWrite] = attrs.Factory(list)  # the item, and the places it left
     dead: list[DeadLetter] = attrs.Factory(list)
     applied: int = 0
 
@@ -59,39 +61,74 @@ def _unique_sorted(records: Iterable[EventRecord], above: int) -> list[EventReco
     return [seen[v] for v in sorted(seen)]
 
 
-def _category_keys(projection: Projection, values: dict[str, Any] | None) -> tuple[Any, Any]:
-    if values is None or not isinstance(projection, CategoryProjection):
-        return None, None
-    return values.get(projection.group_by), values.get(projection.order_by)
+Position = tuple[str, Any]  # a category item's place: (group, order value)
 
 
-def _check_category(projection: Projection, before: tuple[Any, Any], values: dict[str, Any]) -> None:
-    if not isinstance(projection, CategoryProjection):
-        return
-    group, sort = values.get(projection.group_by), values.get(projection.order_by)
-    old_group, old_sort = before
-    if old_group is not None and group != old_group:
-        raise CategoryKeyChangedError(
-            f"{type(projection).__name__}: {projection.group_by!r} changed from {old_group!r} to "
-            f"{group!r}; the group of an item is fixed once set"
-        )
-    if old_sort is not None and sort != old_sort:
-        raise CategoryKeyChangedError(
-            f"{type(projection).__name__}: {projection.order_by!r} changed from {old_sort!r} to "
-            f"{sort!r}; the order value of an item is fixed once set"
-        )
-    if group is not None and sort is None:
-        raise CategoryKeyChangedError(
-            f"{type(projection).__name__}: item in group {group!r} has no {projection.order_by!r}; "
-            "set the order value in the same handler that sets the group"
-        )
+class CategoryTrail:
+    """The places a category item held during a fold: where it is now, and each place it left
+    with the version of the event that moved it out (a move to another group, a group set to
+    None, a deletion). For other projections it records nothing.
+
+    Every place left is written as a ``deleted`` row that keeps its slot in the group's newest
+    ``keep``. Rows then only ever leave a group by trimming, and what a group keeps is the
+    newest ``keep`` of every place any item ever held: the same for a rebuild as for the live
+    fold, however the log is split into batches. (Removing the row instead would let an older
+    item, already trimmed live, come back in a rebuild.)
+    """
+
+    __slots__ = ("at", "category", "left", "order")
+
+    def __init__(self, projection: Projection, values: dict[str, Any] | None) -> None:
+        self.category = projection if isinstance(projection, CategoryProjection) else None
+        self.at, self.order = self._place(values)
+        self.left: dict[Position, int] = {}
+
+    def _place(self, values: dict[str, Any] | None) -> tuple[Position | None, Any]:
+        if values is None or self.category is None:
+            return None, None
+        group, order = values.get(self.category.group_by), values.get(self.category.order_by)
+        return (None if group is None else (group, order)), order
+
+    def check(self, values: dict[str, Any]) -> None:
+        """Raise :class:`CategoryKeyChangedError` when a handler changed the item's order value
+        or put it in a group without one; its group may change (the item moves)."""
+        p = self.category
+        if p is None:
+            return
+        group, order = values.get(p.group_by), values.get(p.order_by)
+        if self.order is not None and order != self.order:
+            raise CategoryKeyChangedError(
+                f"{type(p).__name__}: {p.order_by!r} changed from {self.order!r} to {order!r}; "
+                "the order value of an item is fixed once set (its group may change)"
+            )
+        if group is not None and order is None:
+            raise CategoryKeyChangedError(
+                f"{type(p).__name__}: item in group {group!r} has no {p.order_by!r}; set the "
+                "order value in the same handler that sets the group"
+            )
+
+    def moved(self, values: dict[str, Any] | None, version: int) -> None:
+        """Record the item's place after the event ``version`` (``values`` None: deleted)."""
+        now, self.order = self._place(values)
+        if self.at is not None and now != self.at:
+            self.left[self.at] = version
+        self.at = now
+
+    def writes(self, key: str, values: dict[str, Any] | None, version: int) -> list[CategoryWrite]:
+        """The rows to write: each place left as a deleted row, and the item where it is now
+        (``values`` at ``version``)."""
+        out = [CategoryWrite(group, order, key, None, left, True)
+               for (group, order), left in self.left.items() if (group, order) != self.at]
+        if self.at is not None:
+            out.append(CategoryWrite(self.at[0], self.at[1], key, values, version))
+        return out
 
 
-def _refold(projection: Projection, aggregate_id: str, start: tuple[Any, bool, Any],
-            records: Sequence[EventRecord], decode: Decode) -> tuple[Any, bool, Any]:
+def _refold(projection: Projection, aggregate_id: str, start: tuple[Any, bool],
+            records: Sequence[EventRecord], decode: Decode) -> tuple[Any, bool]:
     """The fold of ``records`` (all applied fine before) from ``start``: handlers are
     deterministic, so this is the view as it was before the failing event."""
-    values, deleted, keys = start
+    values, deleted = start
     work = dict(values) if values is not None else None
     for rec in records:
         handler = projection.handler_for(rec.message_type)
@@ -105,8 +142,7 @@ def _refold(projection: Projection, aggregate_id: str, start: tuple[Any, bool, A
             values, deleted, work = None, True, None
         else:
             values, deleted = work, False
-            keys = _category_keys(projection, values)
-    return values, deleted, keys
+    return values, deleted
 
 
 def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView | None,
@@ -134,8 +170,8 @@ def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView
     values = dict(stored.values) if visible and stored is not None else None
     deleted = stored.deleted if stored is not None else False
     row_exists = stored is not None and stored.version > 0
-    keys = _category_keys(projection, values)
-    start = (values, deleted, keys)  # to re-fold from when a handler fails half-way
+    trail = CategoryTrail(projection, values)
+    start = (values, deleted)  # to re-fold from when a handler fails half-way
     work = dict(values) if values is not None else None  # one copy per aggregate, not per event
     last = base
     changed_at = 0  # the version of the last event a handler applied (batching-independent)
@@ -158,11 +194,11 @@ def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView
         try:
             result = handler(work, decode(rec.value), meta)
             if result is not DELETE:
-                _check_category(projection, keys, work)
+                trail.check(work)
         except Exception as exc:  # the handler's bug, parked with its message
             error = f"{type(exc).__name__}: {exc}"
             # ``work`` may be half-changed: the view to keep is the fold of the events before
-            values, deleted, keys = _refold(projection, aggregate_id, start, todo[:i], decode)
+            values, deleted = _refold(projection, aggregate_id, start, todo[:i], decode)
             out.dead = [DeadLetter(rec, "handler", error, rec.version)]
             out.dead += [DeadLetter(r, "parked", f"aggregate parked at version {rec.version}",
                                     rec.version) for r in todo[i + 1:]]
@@ -172,7 +208,7 @@ def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView
             values, deleted, work = None, True, None
         else:
             values, deleted = work, False
-            keys = _category_keys(projection, values)
+        trail.moved(values, rec.version)
         last = changed_at = rec.version
         changed = True
         out.applied += 1
@@ -180,8 +216,8 @@ def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView
         if changed or (row_exists and last > base) or unpark:
             mode = "unpark" if unpark else "normal"
             out.view = ViewWrite(aggregate_id, values, last, deleted, mode)
-    if changed and keys[0] is not None:
+    if changed:
         # stamped with the last applied event, not the last event seen: an unhandled event
         # after it must not make the row differ between batchings of the same log
-        out.category = CategoryWrite(keys[0], keys[1], aggregate_id, values, changed_at, deleted)
+        out.category = trail.writes(aggregate_id, values, changed_at)
     return out

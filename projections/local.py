@@ -21,7 +21,7 @@ from projections.model import Projection, select
 from projections.records import DeadLetter, EventRecord, Generations
 from projections.store import ProjectionStore, table_base
 
-__all__ = ["LocalProjector", "ensure_current_generation", "records_for"]
+__all__ = ["LocalProjector", "aggregate_type_of", "ensure_current_generation", "records_for"]
 
 _T0 = _dt.datetime(2026, 1, 1, tzinfo=_dt.timezone.utc)
 
@@ -36,14 +36,16 @@ def records_for(app: Any, events: Iterable[tuple[str, object]], *,
     for i, (aggregate_id, event) in enumerate(events):
         version = versions.get(aggregate_id, 0) + 1
         versions[aggregate_id] = version
-        aggregate_type = _aggregate_type_of(app, event)
+        aggregate_type = aggregate_type_of(app, event)
         out.append(EventRecord(aggregate_id, aggregate_type, type_name(event), version,
                                app.codec.encode(event),
                                (start + _dt.timedelta(seconds=i)).isoformat(), 0, i))
     return out
 
 
-def _aggregate_type_of(app: Any, event: object) -> str:
+def aggregate_type_of(app: Any, event: object) -> str:
+    """The type of the aggregate whose events a projection of ``app`` folds ``event`` from
+    (the app's first aggregate when no projection handles it)."""
     name = type_name(event)
     for p in getattr(app, "projections", ()):
         if name in p.handlers:

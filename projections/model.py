@@ -1,5 +1,7 @@
-"""Declaring read models: :class:`Projection` (one view per aggregate) and
-:class:`CategoryProjection` (views grouped by a derived key, newest N per group).
+"""Declaring read models: :class:`Projection` (one view per aggregate),
+:class:`CategoryProjection` (views grouped by a derived key, newest N per group) and
+:class:`RekeyedProjection` (views keyed by a value of each event; also a category when it
+subclasses both).
 
 Handlers are plain Python: ``on_<anything>(self, view, event, meta)`` where ``event`` is
 annotated with the event class (or a union of them) it handles. ``view`` is a dict of the value
@@ -231,7 +233,15 @@ class CategoryProjection(Projection):
     whose ``group_by`` column is set appears in its group, ordered by ``order_by`` descending;
     a group keeps its newest ``keep`` items (older ones are trimmed from the group).
 
-    A view's group and order values are fixed once set: a handler changing them fails.
+    An item whose ``group_by`` value changes moves to the new group; one whose group becomes
+    None leaves the category. The place it left stays in the old group's newest ``keep`` as a
+    deleted row, as a deleted view's item does: so the trimmed groups are the same however the
+    log is split into batches (a rebuild equals the live tables). The ``order_by`` value is
+    fixed once set (until the view is deleted): a handler changing it fails.
+
+    Subclass :class:`RekeyedProjection` too for items keyed by a value of the events (one item
+    per loan of many books' events, grouped by member): ``key_of`` gives the item, ``group_by``
+    its group.
     """
 
     group_by: ClassVar[str]
@@ -267,6 +277,12 @@ class RekeyedProjection(Projection):
     Events of one source aggregate arrive in version order; across source aggregates there is
     no order, so handlers must not depend on it (sums, counts, max/min are fine; "the last
     event wins" is not). A view's ``version`` counts the events applied to it.
+
+    Subclass :class:`CategoryProjection` as well (``class LoansByMember(RekeyedProjection,
+    CategoryProjection)``) to group the views: each view is an item of the group its
+    ``group_by`` column names, and moves when that changes. Its group and order values must
+    then be set by the events of one source aggregate (e.g. a loan's events all come from its
+    book): a move depends on the order of the events, which is only kept per source.
     """
 
     def key_of(self, event: Any, meta: EventMeta) -> str | None:
@@ -275,9 +291,6 @@ class RekeyedProjection(Projection):
     @classmethod
     def _validate(cls) -> None:
         super()._validate()
-        if issubclass(cls, CategoryProjection):
-            raise ProjectionDefinitionError(
-                f"{cls.__qualname__}: a projection is either re-keyed or a category, not both")
         if cls.key_of is RekeyedProjection.key_of:
             raise ProjectionDefinitionError(
                 f"{cls.__qualname__}: define `def key_of(self, event, meta) -> str | None` "

@@ -11,7 +11,9 @@ It stores ``sources``: the last version it applied per source aggregate. Rules:
   :mod:`projections.records` follow it, so an older copy of a view never overwrites a newer);
 - a failing handler parks the *view* at ``version + 1``: the view keeps the fold before the
   event; that event and every later event for the view (from any source) go to the dead
-  letters until a dead-letter replay applies them (``unpark``).
+  letters until a dead-letter replay applies them (``unpark``);
+- a re-keyed category (also a :class:`~projections.model.CategoryProjection`) writes its item
+  where it is and the places it left (:class:`~projections.fold.CategoryTrail`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import heapq
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from projections.fold import AggregateFold, Decode
+from projections.fold import AggregateFold, CategoryTrail, Decode
 from projections.model import DELETE, EventMeta, RekeyedProjection
 from projections.records import DeadLetter, EventRecord, StoredView, ViewWrite
 
@@ -88,22 +90,29 @@ def fold_view(projection: RekeyedProjection, key: str, stored: StoredView | None
         return out
     values = dict(stored.values) if stored is not None and stored.visible and stored.values else None
     deleted = stored.deleted if stored is not None else False
+    trail = CategoryTrail(projection, values)
     for i, (rec, event) in enumerate(todo):
         handler = projection.handler_for(rec.message_type)
         assert handler is not None  # group_by_view keeps handled events only
         work = dict(values) if values is not None else projection.new_view()
         try:
             result = handler(work, event, _meta(rec))
+            if result is not DELETE:
+                trail.check(work)
         except Exception as exc:  # the handler's bug: park the view, keep the fold before
             failed = version + 1
             out.dead = [DeadLetter(rec, "handler", f"{type(exc).__name__}: {exc}", failed),
                         *_dead(todo[i + 1:], key, failed)]
             out.view = ViewWrite(key, values, version, deleted, "park", failed, sources=sources)
+            if out.applied:
+                out.category = trail.writes(key, values, version)
             return out
         values, deleted = (None, True) if result is DELETE else (work, False)
         version += 1
         sources[rec.aggregate_id] = rec.version
+        trail.moved(values, version)
         out.applied += 1
     out.view = ViewWrite(key, values, version, deleted, "unpark" if unpark else "normal",
                          sources=sources)
+    out.category = trail.writes(key, values, version)
     return out

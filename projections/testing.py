@@ -1,7 +1,8 @@
-"""Projections of the example bank (``cqrs.testing.example``), for tests, docs and benchmarks.
+"""Projections of the example bank (``cqrs.testing.example``), for tests, docs and benchmarks,
+and a small library whose loans move between members (categories with moving items).
 
 ``app`` is the bank with these projections, importable by Spark executors as
-``projections.testing:app``.
+``projections.testing:app``; ``library_app`` is the library (``projections.testing:library_app``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cqrs.app import App
+from cqrs.domain import Aggregate, event
 from cqrs.domain.messages import type_name
 from cqrs.testing.example import (
     Account,
@@ -23,10 +25,13 @@ from cqrs.testing.example import (
     Deposited,
     Withdrawn,
 )
+from projections.local import aggregate_type_of
 from projections.model import DELETE, CategoryProjection, Delete, EventMeta, Projection, RekeyedProjection
 
-__all__ = ["POISON_FILE", "AccountsByOwner", "Balances", "MovementsByBand", "app", "make_bank_app",
-           "make_rekeyed_app", "produce_events", "publish_schemas", "rekeyed_app"]
+__all__ = ["POISON_FILE", "AccountsByOwner", "Balances", "Book", "BookLent", "BookReturned",
+           "BooksByHolder", "LoanTransferred", "LoansByMember", "MovementsByBand", "app",
+           "library_app", "make_bank_app", "make_library_app", "make_rekeyed_app", "produce_events",
+           "publish_schemas", "rekeyed_app"]
 
 _NS = uuid.UUID("6f1c2b1e-8a47-4f44-9d1e-3c5b8f0a7e21")
 
@@ -38,8 +43,9 @@ tests poison a handler and fix it again across processes."""
 _poison_cache: list[Any] = [None, frozenset()]  # (file signature, amounts)
 
 
-def _poisoned(amount: int) -> bool:
-    """Whether the amount is listed in POISON_FILE (re-read only when the file changes)."""
+def _poisoned(amount: int | str) -> bool:
+    """Whether the amount (or name) is listed in POISON_FILE (re-read only when the file
+    changes)."""
     import os
 
     try:
@@ -135,8 +141,111 @@ def make_bank_app(name: str = "example-bank") -> App:
                projections=[Balances, AccountsByOwner])
 
 
+# --- a library: loans that move between members ----------------------------------------------
+
+
+@event(name="example.library.BookLent")
+class BookLent:
+    loan_id: str
+    member: str
+
+
+@event(name="example.library.LoanTransferred")
+class LoanTransferred:
+    """The loan goes on under another member (its item moves to that member's group)."""
+
+    loan_id: str
+    member: str
+
+
+@event(name="example.library.BookReturned")
+class BookReturned:
+    loan_id: str
+
+
+class Book(Aggregate, name="example.library.Book"):
+    """A book: lent (under a loan id of its own) to one member at a time."""
+
+    loan_id: str = ""
+    member: str = ""
+
+    def apply_book_lent(self, e: BookLent) -> None:
+        self.loan_id, self.member = e.loan_id, e.member
+
+    def apply_loan_transferred(self, e: LoanTransferred) -> None:
+        self.member = e.member
+
+    def apply_book_returned(self, e: BookReturned) -> None:
+        self.loan_id = self.member = ""
+
+
+LoanEvent = BookLent | LoanTransferred | BookReturned
+
+
+class LoansByMember(RekeyedProjection, CategoryProjection):
+    """Re-keyed category: one item per loan (``key_of``: the loan id of the books' events),
+    grouped by member, newest loan first; a transferred loan moves to the new member's group,
+    a returned one is deleted. A transfer to a member listed in :data:`POISON_FILE` fails."""
+
+    name = "loans_by_member"
+    aggregate = Book
+    key = "loan_id"
+    columns = {"member": str, "book": str, "lent_at": _dt.datetime, "transfers": int}
+    defaults = {"transfers": 0}
+    group_by = "member"
+    order_by = "lent_at"
+    keep = 3
+
+    def key_of(self, event: LoanEvent, meta: EventMeta) -> str:
+        return event.loan_id
+
+    def on_lent(self, view: dict, event: BookLent, meta: EventMeta) -> None:
+        view["member"], view["book"], view["lent_at"] = event.member, meta.aggregate_id, meta.timestamp
+
+    def on_transferred(self, view: dict, event: LoanTransferred) -> None:
+        if _poisoned(event.member):
+            raise ValueError(f"poisoned member {event.member!r}")
+        view["member"] = event.member
+        view["transfers"] += 1
+
+    def on_returned(self, view: dict, event: BookReturned) -> Delete:
+        return DELETE
+
+
+class BooksByHolder(CategoryProjection):
+    """Category keyed by the aggregate: one item per book in the group of the member holding
+    it, ordered by when the book was first lent; it moves on a transfer, leaves the category
+    when returned (holder None) and comes back with the next loan."""
+
+    name = "books_by_holder"
+    aggregate = Book
+    key = "book"
+    columns = {"holder": str, "since": _dt.datetime, "loans": int}
+    defaults = {"loans": 0}
+    group_by = "holder"
+    order_by = "since"
+    keep = 3
+
+    def on_lent(self, view: dict, event: BookLent, meta: EventMeta) -> None:
+        view["holder"] = event.member
+        view["since"] = view["since"] or meta.timestamp
+        view["loans"] += 1
+
+    def on_transferred(self, view: dict, event: LoanTransferred) -> None:
+        view["holder"] = event.member
+
+    def on_returned(self, view: dict, event: BookReturned) -> None:
+        view["holder"] = None
+
+
+def make_library_app(name: str = "example-library") -> App:
+    """The library with both categories of moving items."""
+    return App(name, aggregates=[Book], handlers=[], projections=[LoansByMember, BooksByHolder])
+
+
 app = make_bank_app()
 rekeyed_app = make_rekeyed_app()
+library_app = make_library_app()
 
 
 def produce_events(cfg: Any, topic: str, app: App, events: Iterable[tuple[str, object]], *,
@@ -151,17 +260,21 @@ def produce_events(cfg: Any, topic: str, app: App, events: Iterable[tuple[str, o
     own = producer is None
     producer = producer or make_producer(cfg, **{"linger.ms": 50, "batch.num.messages": 10000})
     t0 = start or _dt.datetime(2026, 6, 1, tzinfo=_dt.timezone.utc)
-    aggregate_type = type_name(Account)
     encode = app.codec.encode
+    aggregate_types: dict[str, str] = {}  # event type -> aggregate type
     n = 0
-    for i, (aggregate_id, event) in enumerate(events):
+    for i, (aggregate_id, payload) in enumerate(events):
         version = versions.get(aggregate_id, 0) + 1
         versions[aggregate_id] = version
+        message_type = type_name(payload)
+        if message_type not in aggregate_types:
+            aggregate_types[message_type] = aggregate_type_of(app, payload)
         env = Envelope(message_id=str(uuid.uuid5(_NS, f"{aggregate_id}/{version}")),
-                       message_type=type_name(event), kind="event", aggregate_type=aggregate_type,
+                       message_type=message_type, kind="event",
+                       aggregate_type=aggregate_types[message_type],
                        aggregate_id=aggregate_id, timestamp=t0 + _dt.timedelta(milliseconds=i),
                        version=version)
-        key, value, headers = to_kafka(env, encode(event))
+        key, value, headers = to_kafka(env, encode(payload))
         while True:
             try:
                 producer.produce(topic, key=key, value=value, headers=headers)

@@ -18,6 +18,7 @@ from projections import (
 from projections.apply import Target
 from projections.dlq import replay_dead_letters
 from projections.local import LocalProjector, records_for
+from projections.model import projections_of
 from projections.records import CategoryWrite, Generations, ViewWrite
 from projections.sqlite_store import SqliteStore
 from projections.store import ProjectionStore, table_base
@@ -25,8 +26,13 @@ from projections.testing import (
     POISON_FILE,
     AccountsByOwner,
     Balances,
+    BookLent,
+    BookReturned,
+    LoansByMember,
+    LoanTransferred,
     MovementsByBand,
     make_bank_app,
+    make_library_app,
     make_rekeyed_app,
 )
 
@@ -318,3 +324,105 @@ def test_date_columns_round_trip_and_order_a_category(store: ProjectionStore) ->
     assert [i["day"] for i in first.items] == [dt.date(2026, 5, 3), dt.date(2026, 5, 2)]  # newest first
     rest = reader.category("opened_by_day", "ann", page_size=2, page_token=first.next_token)
     assert [i["day"] for i in rest.items] == [dt.date(2026, 5, 1)]
+
+
+# --- categories whose items move between groups ------------------------------------------------
+
+
+def _library_log(app: Any) -> list[Any]:
+    """ann borrows four books (keep = 3: her oldest loan is trimmed), then her newest loan is
+    transferred to bob and back, another one to bob for good, and one is returned."""
+    versions: dict[str, int] = {}
+    events = [("b1", BookLent("L1", "ann")), ("b2", BookLent("L2", "ann")),
+              ("b3", BookLent("L3", "ann")), ("b4", BookLent("L4", "ann")),
+              ("b4", LoanTransferred("L4", "bob")), ("b5", BookLent("L5", "bob")),
+              ("b4", LoanTransferred("L4", "ann")), ("b3", LoanTransferred("L3", "bob")),
+              ("b2", BookReturned("L2")), ("b2", BookLent("L6", "cy"))]
+    return records_for(app, events, versions=versions, start=T0)
+
+
+def _library_tables(store: ProjectionStore, app: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, p in projections_of(app).items():
+        base = table_base(app.name, name)
+        out[name] = [(k, v.values, v.version, v.deleted, v.sources)
+                     for k, v in store.scan_views(p, base, 1)]
+        out[name + ":category"] = list(store.scan_category(p, base, 1))  # type: ignore[arg-type]
+    return out
+
+
+def test_category_items_move_between_groups_and_a_rebuild_equals_live(store: ProjectionStore) -> None:
+    live_app, rebuilt_app = make_library_app("contract-library"), make_library_app("contract-rebuilt")
+    log = _library_log(live_app)
+    local = LocalProjector(live_app, store)
+    for i in range(0, len(log), 2):  # live: two events a batch, some of them twice
+        local.apply(log[max(0, i - 1):i + 2])
+    LocalProjector(rebuilt_app, store).apply(log)  # a rebuild: the whole log in one batch
+    assert _library_tables(store, live_app) == _library_tables(store, rebuilt_app)
+
+    reader = ProjectionReader(live_app, store)
+    loans = {m: [(i["loan_id"], i["transfers"]) for i in reader.category("loans_by_member", m).items]
+             for m in ("ann", "bob", "cy")}
+    # ann's newest three places: L4 (back from bob), L3 (moved to bob: its slot stays), L2
+    # (returned: deleted in place); L1 was trimmed when L4 came and does not come back.
+    # bob's: L5, the slot L4 left when it went back to ann, L3 (lent before L4)
+    assert loans == {"ann": [("L4", 2)], "bob": [("L5", 0), ("L3", 1)], "cy": [("L6", 0)]}
+    assert reader.get("loans_by_member", "L3") == {
+        "loan_id": "L3", "member": "bob", "book": "b3", "lent_at": T0 + dt.timedelta(seconds=2),
+        "transfers": 1}
+    assert reader.get("loans_by_member", "L2") is None
+    rows = store.category_rows(LoansByMember(), table_base(live_app.name, "loans_by_member"), 1,
+                               "ann", 10)
+    assert [(r.aggregate_id, r.deleted) for r in rows] == [("L4", False), ("L3", True), ("L2", True)]
+    holders = {m: [i["book"] for i in reader.category("books_by_holder", m).items]
+               for m in ("ann", "bob", "cy")}
+    # b2 left ann when returned and came back with its next loan, to cy
+    assert holders == {"ann": ["b4"], "bob": ["b5", "b3"], "cy": ["b2"]}
+
+    local.apply(log)  # a replay changes nothing
+    assert _library_tables(store, live_app) == _library_tables(store, rebuilt_app)
+
+
+def test_a_moved_items_deleted_row_is_not_undone_by_a_replayed_write(store: ProjectionStore) -> None:
+    p, base = LoansByMember(), table_base("contract-library", "loans_by_member")
+    store.ensure_generation(p, base, 1)
+    values = {"member": "ann", "book": "b1", "lent_at": T0, "transfers": 0}
+    row = CategoryWrite("ann", T0, "L1", values, 1)
+    store.write(p, base, 1, [row], [])
+    store.write(p, base, 1, [CategoryWrite("ann", T0, "L1", None, 2, deleted=True),
+                             CategoryWrite("bob", T0, "L1", {**values, "member": "bob"}, 2)], [])
+    store.write(p, base, 1, [row], [])  # the first write again (a replay): older, ignored
+    groups = {g: (r.aggregate_id, r.version, r.deleted) for g, r in store.scan_category(p, base, 1)}
+    assert groups == {"ann": ("L1", 2, True), "bob": ("L1", 2, False)}
+
+
+def test_a_failing_handler_parks_a_moving_item_until_replayed(store: ProjectionStore) -> None:
+    app = make_library_app("contract-library")
+    versions: dict[str, int] = {}
+    POISON_FILE.write_text("zed\n")
+    try:
+        local = LocalProjector(app, store, ["loans_by_member"], collect_dead_letters=True)
+        log = records_for(app, [("b1", BookLent("L1", "ann")), ("b2", BookLent("L2", "ann")),
+                                ("b1", LoanTransferred("L1", "bob")),
+                                ("b1", LoanTransferred("L1", "zed")),  # fails: L1 parked at bob
+                                ("b1", LoanTransferred("L1", "cy")), ("b2", LoanTransferred("L2", "cy"))],
+                          versions=versions, start=T0)
+        local.apply(log[:3])
+        local.apply(log[3:])
+        reader = ProjectionReader(app, store)
+        loans = {m: [i["loan_id"] for i in reader.category("loans_by_member", m).items]
+                 for m in ("ann", "bob", "cy")}
+        assert loans == {"ann": [], "bob": ["L1"], "cy": ["L2"]}  # L1 held where it was
+        assert [(d.record.version, d.reason) for d in local.dead_letters] == [(3, "handler"), (4, "parked")]
+        target = local.targets[0]
+        assert replay_dead_letters(store, target, local.dead_letters, app.codec.decode).still_parked == 1
+    finally:
+        POISON_FILE.unlink()  # the handler is fixed: zed is a member like any other
+    assert replay_dead_letters(store, target, local.dead_letters, app.codec.decode).still_parked == 0
+    assert [i["loan_id"] for i in reader.category("loans_by_member", "cy").items] == ["L2", "L1"]
+    clean = SqliteStore(":memory:")
+    LocalProjector(app, clean, ["loans_by_member"]).apply(log)
+    p, base = LoansByMember(), table_base(app.name, "loans_by_member")
+    assert list(store.scan_category(p, base, 1)) == list(clean.scan_category(p, base, 1))
+    assert [(k, v.values, v.version, v.parked_at) for k, v in store.scan_views(p, base, 1)] == [
+        (k, v.values, v.version, v.parked_at) for k, v in clean.scan_views(p, base, 1)]

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from cqrs.cli.main import build_parser
-from cqrs.testing.example import Account, AccountOpened, Deposited, Withdrawn
+from cqrs.testing.example import Account, AccountClosed, AccountOpened, Deposited, Withdrawn
 from projections import (
+    DELETE,
     CategoryProjection,
     EventMeta,
     Projection,
@@ -99,7 +100,7 @@ def test_fold_of_a_parked_aggregate_dead_letters_everything_new() -> None:
     assert out.view is None and [d.reason for d in out.dead] == ["parked", "parked"]
 
 
-def test_changing_a_category_group_parks_the_item() -> None:
+def test_a_category_item_whose_group_changes_moves_and_keeps_its_old_slot() -> None:
     class Renamed(AccountsByOwner):
         name = "renamed"
 
@@ -108,8 +109,28 @@ def test_changing_a_category_group_parks_the_item() -> None:
 
     recs = records_for(app, [("a", AccountOpened("ann")), ("a", Deposited(5))])
     out = _fold(recs, projection=Renamed())
-    assert out.dead[0].reason == "handler" and "fixed once set" in out.dead[0].error
-    assert out.category.group == "ann" and out.category.version == 1
+    assert out.dead == []
+    t0 = recs[0].timestamp
+    assert [(c.group, c.sort.isoformat(), c.version, c.deleted) for c in out.category] == [
+        ("ann", t0, 2, True), ("someone-else", t0, 2, False)]  # the old place left at version 2
+    # folded in two batches: the same rows (the first batch wrote ann's row at version 1)
+    first = _fold(recs[:1], projection=Renamed())
+    stored = StoredView(first.view.values, 1)
+    assert _fold(recs[1:], stored, projection=Renamed()).category == out.category
+
+
+def test_changing_the_order_value_of_a_category_item_parks_it() -> None:
+    class Reordered(AccountsByOwner):
+        name = "reordered"
+
+        def on_moved(self, view: dict, event: Deposited | Withdrawn, meta: EventMeta) -> None:
+            view["opened_at"] = meta.timestamp
+
+    recs = records_for(app, [("a", AccountOpened("ann")), ("a", Deposited(5))])
+    out = _fold(recs, projection=Reordered())
+    assert out.dead[0].reason == "handler" and "'opened_at' changed" in out.dead[0].error
+    assert "fixed once set" in out.dead[0].error
+    assert [(c.group, c.version, c.deleted) for c in out.category] == [("ann", 1, False)]
 
 
 def test_table_names_are_safe_and_bounded() -> None:
@@ -151,17 +172,15 @@ def test_event_meta_parses_the_timestamp_lazily() -> None:
 
 
 def test_category_rows_carry_the_version_of_the_last_applied_event() -> None:
-    from cqrs.testing.example import AccountClosed
-
     recs = records_for(app, [("a", AccountOpened("ann")), ("a", Deposited(5)), ("a", AccountClosed(5))])
     out = _fold(recs, projection=AccountsByOwner())  # AccountsByOwner ignores AccountClosed
-    assert (out.view.version, out.category.version) == (3, 2)
+    assert (out.view.version, [c.version for c in out.category]) == (3, [2])
 
 
 # --- re-keyed projections ---------------------------------------------------------------------
 
 
-def test_a_rekeyed_projection_needs_key_of_and_is_not_a_category() -> None:
+def test_a_rekeyed_projection_needs_key_of_and_may_be_a_category() -> None:
     from projections import RekeyedProjection
     from projections.model import CategoryProjection
 
@@ -173,12 +192,24 @@ def test_a_rekeyed_projection_needs_key_of_and_is_not_a_category() -> None:
 
             def on_dep(self, view: dict, event: Deposited) -> None: ...
 
-    with pytest.raises(ProjectionDefinitionError, match="not both"):
-        class Both(RekeyedProjection, CategoryProjection):
-            name = "both"
+    class Both(RekeyedProjection, CategoryProjection):
+        name = "both"
+        aggregate = Account
+        columns = {"g": str, "s": int}
+        group_by, order_by = "g", "s"
+
+        def key_of(self, event: Deposited, meta: Any) -> str | None:
+            return "k"
+
+        def on_dep(self, view: dict, event: Deposited) -> None: ...
+
+    assert Both.handlers == {"example.bank.Deposited": "on_dep"}
+    with pytest.raises(ProjectionDefinitionError, match="group_by = 'nope'"):  # checked as a category
+        class Bad(RekeyedProjection, CategoryProjection):
+            name = "bad"
             aggregate = Account
             columns = {"g": str, "s": int}
-            group_by, order_by = "g", "s"
+            group_by, order_by = "nope", "s"
 
             def key_of(self, event: Deposited, meta: Any) -> str | None:
                 return "k"
@@ -231,3 +262,39 @@ def test_the_local_projector_raises_on_a_dead_letter_unless_asked_to_collect_the
     collecting = LocalProjector(app, SqliteStore(":memory:"), collect_dead_letters=True)
     collecting.apply(log)
     assert [(d.record.version, d.reason) for d in collecting.dead_letters] == [(2, "handler")]
+
+
+def test_a_rekeyed_category_item_moves_with_its_group_and_is_deleted_in_place() -> None:
+    from projections.rekeyed import fold_view, group_by_view
+    from projections.testing import BookLent, BookReturned, LoansByMember, LoanTransferred, library_app
+
+    p = LoansByMember()
+    recs = records_for(library_app, [("b1", BookLent("L1", "ann")), ("b1", LoanTransferred("L1", "bob")),
+                                     ("b1", LoanTransferred("L1", "ann")), ("b1", LoanTransferred("L1", "cy"))])
+    (items,) = group_by_view(p, recs, library_app.codec.decode).values()
+    out = fold_view(p, "L1", None, items)
+    t0 = recs[0].timestamp
+    # ann left at the 4th event (the last time), bob at the 3rd; cy holds the item at 4
+    assert [(c.group, c.sort.isoformat(), c.aggregate_id, c.version, c.deleted) for c in out.category] == [
+        ("ann", t0, "L1", 4, True), ("bob", t0, "L1", 3, True), ("cy", t0, "L1", 4, False)]
+    assert out.view.values["member"] == "cy" and out.view.values["transfers"] == 3
+    returned = records_for(library_app, [("b1", BookReturned("L1"))], versions={"b1": 4})
+    (more,) = group_by_view(p, returned, library_app.codec.decode).values()
+    stored = StoredView(out.view.values, 4, sources={"b1": 4})
+    done = fold_view(p, "L1", stored, more)
+    assert [(c.group, c.version, c.deleted) for c in done.category] == [("cy", 5, True)]
+
+
+def test_a_deleted_category_item_leaves_its_slot_however_the_fold_is_batched() -> None:
+    class Closing(AccountsByOwner):
+        name = "closing"
+
+        def on_closed(self, view: dict, event: AccountClosed):
+            return DELETE
+
+    recs = records_for(app, [("a", AccountOpened("ann")), ("a", AccountClosed(0)), ("a", Deposited(5))])
+    whole = _fold(recs, projection=Closing())  # the deposit after the close starts a view with no group
+    first = _fold(recs[:2], projection=Closing())
+    rest = _fold(recs[2:], StoredView(None, 2, deleted=True), projection=Closing())
+    assert [(c.group, c.version, c.deleted) for c in whole.category] == [("ann", 2, True)]
+    assert [*first.category, *rest.category] == whole.category
