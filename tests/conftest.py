@@ -1,7 +1,7 @@
 """Test harness: the real stack, started once per session, and unique names per test.
 
-- Tests under ``tests/integration`` are marked ``integration`` automatically; ``-m "not
-  integration"`` runs the fast suite with no services.
+- Tests under ``tests/integration`` and ``tests/reliability`` are marked ``integration``
+  automatically; ``-m "not integration"`` runs the fast suite with no services.
 - The session's stack is the local dev stack from ``cqrs dev up`` (started here if it is not
   running, and stopped again at the end if this session started it). To test against services
   that are already running elsewhere, set ``CQRS_TEST_EXTERNAL=1`` plus the usual
@@ -22,12 +22,12 @@ import pytest
 
 from cqrs.config import CqrsConfig, load_config
 
-INTEGRATION_DIR = Path(__file__).parent / "integration"
+INTEGRATION_DIRS = (Path(__file__).parent / "integration", Path(__file__).parent / "reliability")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if INTEGRATION_DIR in Path(str(item.fspath)).parents:
+        if any(d in Path(str(item.fspath)).parents for d in INTEGRATION_DIRS):
             item.add_marker(pytest.mark.integration)
 
 
