@@ -16,9 +16,11 @@ from cqrs.codec.schema_store import InMemorySchemaStore, SchemaStore
 from cqrs.codec.upcasting import Upcaster
 from cqrs.domain.aggregate import Aggregate
 from cqrs.domain.handler import CommandHandler
+from cqrs.domain.messages import type_name
 from cqrs.domain.model import DomainModel
+from cqrs.domain.process import ProcessManager
 from cqrs.envelope import CommandRecord
-from cqrs.errors import InvalidAppNameError
+from cqrs.errors import DomainModelError, InvalidAppNameError, NotAMessageError
 from cqrs.results import FRAMEWORK_CLASSES
 from cqrs.retries import RetryPolicy
 
@@ -45,6 +47,7 @@ class App:
         events: Iterable[type] = (),
         commands: Iterable[type] = (),
         retries: RetryPolicy | None = None,
+        process_managers: Iterable[ProcessManager[Any] | type[ProcessManager[Any]]] = (),
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise InvalidAppNameError(
@@ -57,12 +60,15 @@ class App:
         self.upcasters: tuple[Upcaster, ...] = tuple(upcasters)
         # which handler failures are transient (retried by the retry job), and their backoff
         self.retries: RetryPolicy = retries if retries is not None else RetryPolicy()
+        self.process_managers: tuple[ProcessManager[Any], ...] = _process_managers(
+            self.model, process_managers)
         self.codec = self.codec_for(InMemorySchemaStore())
 
     def codec_for(self, store: SchemaStore) -> Codec:
         """A codec for this app's classes and upcasters bound to ``store``."""
         return Codec(
-            [*self.model.message_classes(), *FRAMEWORK_CLASSES, CommandRecord],
+            [*self.model.message_classes(), *FRAMEWORK_CLASSES, CommandRecord,
+             *(s for s in (pm.state_class() for pm in self.process_managers) if s is not None)],
             upcasters=self.upcasters, store=store,
         )
 
@@ -79,3 +85,27 @@ class App:
             f"App({self.name!r}, aggregates={sorted(self.model.aggregates)}, "
             f"commands={len(self.model.commands)}, events={len(self.model.events)})"
         )
+
+
+def _process_managers(model: DomainModel,
+                      given: Iterable[ProcessManager[Any] | type[ProcessManager[Any]]],
+                      ) -> tuple[ProcessManager[Any], ...]:
+    """Instances of ``given``, checked against the model: unique names, and every event they
+    read and command they may send known to it (commands are checked when sent)."""
+    found: dict[str, ProcessManager[Any]] = {}
+    for pm in given:
+        instance = pm() if isinstance(pm, type) else pm
+        if not isinstance(instance, ProcessManager):
+            raise NotAMessageError(f"process_managers takes ProcessManager subclasses, got {pm!r}")
+        if instance.name in found:
+            raise DomainModelError(
+                f"two process managers are called {instance.name!r}: give one another "
+                "name = '...' (it is part of the command ids they send)")
+        for route in instance.routes():
+            if type_name(route.event_class) not in model.events:
+                raise DomainModelError(
+                    f"{type(instance).__qualname__}.{route.method_name} reacts to "
+                    f"{type_name(route.event_class)!r}, which no aggregate of the app applies: "
+                    "add the aggregate, or list the event in App(events=[...])")
+        found[instance.name] = instance
+    return tuple(found.values())

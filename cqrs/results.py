@@ -25,6 +25,7 @@ __all__ = [
     "REJECTED",
     "AggregateRecord",
     "CommandResult",
+    "ConversationOutcome",
     "SeenCommand",
     "expand_seen",
     "kept_indices",
@@ -136,6 +137,13 @@ class AggregateRecord:
     seen_times: bytes = b""  # int64 little endian per id: the command's timestamp in ms
     seen_sizes: bytes = b""  # uint32 little endian per id: length of its result
     seen_results: bytes = b""  # the encoded CommandResults, concatenated
+    # commands sent by process managers, remembered forever (see cqrs.domain.process): per
+    # stream (a process manager reacting to one aggregate's events), the highest (event
+    # version, index) applied; and the derived ids that failed transiently and are waiting
+    # for the retry job (they are run when they come back, though below the mark)
+    streams: str = ""  # stream keys joined by NUL
+    stream_marks: bytes = b""  # int64 little endian pairs per stream: version, index
+    retrying: str = ""  # derived command ids joined by NUL
 
     @classmethod
     def of(cls, version: int = 0, deleted: bool = False, snapshot: bytes | None = None,
@@ -178,7 +186,8 @@ class AggregateRecord:
                 version, deleted, snapshot,
                 f"{self.seen_ids}\0{new_ids}" if self.seen_ids else new_ids,
                 _pack("q", times), self.seen_sizes + _pack("I", [len(s.result) for s in new]),
-                self.seen_results + b"".join(s.result for s in new))
+                self.seen_results + b"".join(s.result for s in new),
+                self.streams, self.stream_marks, self.retrying)
         return self._remember_trimmed(version, deleted, snapshot, new, window_ms, max_count)
 
     def _remember_trimmed(self, version: int, deleted: bool, snapshot: bytes | None,
@@ -200,7 +209,33 @@ class AggregateRecord:
             times = [times[i] for i in keep]
             sizes = [sizes[i] for i in keep]
         return AggregateRecord(version, deleted, snapshot, "\0".join(ids),
-                               _pack("q", times), _pack("I", sizes), results)
+                               _pack("q", times), _pack("I", sizes), results,
+                               self.streams, self.stream_marks, self.retrying)
+
+    # ---- commands of process managers -------------------------------------------------------
+
+    def stream_positions(self) -> dict[str, tuple[int, int]]:
+        """Per stream, the highest (event version, index) of a derived command applied."""
+        if not self.streams:
+            return {}
+        marks = _unpack("q", self.stream_marks)
+        return {k: (marks[2 * i], marks[2 * i + 1])
+                for i, k in enumerate(self.streams.split("\0"))}
+
+    def retrying_ids(self) -> set[str]:
+        return set(self.retrying.split("\0")) if self.retrying else set()
+
+    def with_streams(self, positions: dict[str, tuple[int, int]],
+                     retrying: set[str]) -> AggregateRecord:
+        """This record with the process managers' marks and waiting ids replaced."""
+        for key in [*positions, *retrying]:
+            if "\0" in key:
+                raise ValueError(f"stream or command id {key!r} contains a NUL character")
+        keys = sorted(positions)
+        return attrs.evolve(
+            self, streams="\0".join(keys),
+            stream_marks=_pack("q", [n for k in keys for n in positions[k]]),
+            retrying="\0".join(sorted(retrying)))
 
 
 def _pack(code: str, values: Sequence[int]) -> bytes:
@@ -218,7 +253,25 @@ def _unpack(code: str, data: bytes) -> list[int]:
     return arr.tolist()
 
 
-FRAMEWORK_CLASSES: Final[tuple[type, ...]] = (CommandResult, SeenCommand, AggregateRecord)
+@attrs.frozen
+class ConversationOutcome:
+    """The end of a conversation, written by a process manager to the conversation-outcomes
+    topic (key = correlation id) when it sees one of its ``completes_on`` events; ``payload`` is
+    that event, app-codec encoded."""
+
+    correlation_id: str
+    process_manager: str
+    event_type: str
+    event_id: str
+    aggregate_type: str
+    aggregate_id: str
+    version: int
+    timestamp: _dt.datetime
+    payload: bytes = attrs.field(repr=False)  # the event, encoded: decode it with the app's codec
+
+
+FRAMEWORK_CLASSES: Final[tuple[type, ...]] = (CommandResult, SeenCommand, AggregateRecord,
+                                              ConversationOutcome)
 
 # stable wire names, independent of where these classes live
 for _cls in FRAMEWORK_CLASSES:

@@ -10,7 +10,7 @@ from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 
 __all__ = ["SCHEMAS_TOPIC", "AppTopics", "InvalidTopicNameError", "ensure_topics", "topic_settings",
-           "topics_for"]
+           "topics_for", "wait_until_readable"]
 
 SCHEMAS_TOPIC = "_cqrs_schemas"
 
@@ -27,6 +27,7 @@ class AppTopics:
     dead_letters: str
     schemas: str = SCHEMAS_TOPIC
     parked: str = ""  # dead letters the retry job gave up on (attempts used up)
+    outcomes: str = ""  # ends of conversations, written by process managers (key: correlation)
 
     @property
     def base(self) -> str:
@@ -60,6 +61,7 @@ def topics_for(app_name: str, prefix: str = "") -> AppTopics:
         dead_letters=f"{base}.dead-letters",
         schemas=f"{prefix}{SCHEMAS_TOPIC}",
         parked=f"{base}.dead-letters.parked",
+        outcomes=f"{base}.conversation-outcomes",
     )
     longest = max((n for n in attrs.astuple(topics) if n), key=len)
     if len(longest) > _MAX_TOPIC:
@@ -82,6 +84,8 @@ def topic_settings(cfg: CqrsConfig, topics: AppTopics) -> dict[str, dict[str, st
         topics.results: {"retention.ms": str(7 * _DAY_MS), **every},
         topics.dead_letters: {**forever, **every},
         **({topics.parked: {**forever, **every}} if topics.parked else {}),
+        **({topics.outcomes: {"retention.ms": str(7 * _DAY_MS), **every}}
+           if topics.outcomes else {}),
         topics.schemas: {"cleanup.policy": "compact", "retention.ms": "-1", **every},
     }
 
@@ -117,17 +121,26 @@ def ensure_topics(cfg: CqrsConfig, topics: AppTopics, partitions: int | None = N
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise CqrsError(f"cannot create topic {name!r}: {exc}") from exc
-    # a topic created a moment ago answers NOT_LEADER_FOR_PARTITION until its leaders are
-    # known: wait for them here (watermarks retries that) rather than in every first reader
-    # (a broker started a moment ago may not even list the new topic yet: it must exist, so
-    # its absence is waited out too)
+    wait_until_readable(cfg, created)
+    return created
+
+
+def wait_until_readable(cfg: CqrsConfig, names: list[str], timeout_s: float = 30.0) -> None:
+    """Wait until each of the just-created topics ``names`` answers for its offsets.
+
+    ``create_topics`` returns once the controller created a topic; the broker a reader asks
+    next may not list it yet (on a cluster of several brokers, its metadata arrives a moment
+    later: UNKNOWN_TOPIC_OR_PART, which a reader takes for a topic that does not exist), and a
+    topic created a moment ago answers NOT_LEADER_FOR_PARTITION until its leaders are known
+    (:func:`~cqrs.kafka_io.watermarks` retries that). Wait here, once, rather than in every
+    first reader."""
     import time
 
     from cqrs.errors import TopicNotFoundError
     from cqrs.kafka_io import watermarks
 
-    for name in created:
-        deadline = time.monotonic() + 30.0
+    for name in names:
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
                 watermarks(cfg, name)
@@ -136,4 +149,3 @@ def ensure_topics(cfg: CqrsConfig, topics: AppTopics, partitions: int | None = N
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
-    return created

@@ -1,9 +1,11 @@
-"""``cqrs demo``: the three example apps end to end on the real stack, in one command.
+"""``cqrs demo``: the four example apps end to end on the real stack, in one command.
 
-It starts the local stack if none is running, runs the command processors of bank, orders and
-loyalty in one Spark session, sends the scripted workload of :mod:`domain_examples.workload`
-through the real client (including a race, rejections, a repeated command id and a handler
-crash), shows the answers and the dead letters, runs the projectors into Cassandra, prints the
+It starts the local stack if none is running, runs the command processors of bank, orders,
+loyalty and lending, lending's process managers and bank's retry job in one Spark session,
+races clients for loans across aggregates, sends the scripted workload of
+:mod:`domain_examples.workload` through the real client (including a race, rejections, a
+repeated command id and a handler crash), shows the answers and the dead letters (in the topic,
+and as the retry job recorded them), runs the projectors into Cassandra, prints the
 read models, rebuilds one projection into a new generation, checks everything it printed, and
 cleans up what it created (fresh topics, keyspace and checkpoints per run) unless told to keep.
 """
@@ -43,8 +45,10 @@ APP_REFS = {
     "bank": "domain_examples.bank:app",
     "orders": "domain_examples.orders:app",
     "loyalty": "domain_examples.loyalty:app",
+    "lending": "domain_examples.lending:app",
 }
-STEPS = 7
+STEPS = 8
+LOAN_BOOKS = [f"book-{i}" for i in range(1, 6)]
 
 
 @attrs.frozen
@@ -173,6 +177,54 @@ class Demo:
         self.check([d.stage for d in letters] == ["handler"]
                    and letters[0].error_type == "ComplianceServiceError",
                    "the crashing handler's command is in bank's dead-letter topic, untouched")
+        self.show_retry_letters()
+
+    def show_retry_letters(self) -> None:
+        from cqrs.retrier.operators import list_letters
+        from cqrs.retrier.plan import LetterFilter
+        from cqrs.retrier.store import RetryStore
+        from cqrs.topics import topics_for
+
+        self.say("  as the retry job recorded them (`cqrs dlq list domain_examples.bank:app`):")
+        store = RetryStore(self.cfg, topics_for("bank", self.cfg.kafka.topic_prefix).base)
+        try:
+            listing = list_letters(store, LetterFilter())
+        finally:
+            store.close()
+        self.table(["command id", "state", "attempts", "aggregate", "error"],
+                   [(r.command_id, r.state, r.attempts, r.aggregate_id,
+                     f"{r.error_type}: {r.error}") for r in listing.letters], max_width=60)
+        self.check([(r.state, r.error_type) for r in listing.letters]
+                   == [("parked", "ComplianceServiceError")],
+                   "the retry job parked it for an operator at once: bank declares no transient "
+                   "error, so a handler crash is an answer, not something to wait for")
+
+    # ---- process managers ---------------------------------------------------------------------
+
+    def race_for_loans(self, client: Any) -> None:
+        """Ann asks for five books at once; the member allows three loans. The lending process
+        manager carries each request from the book to the member and back; the refused ones
+        are cancelled (the compensation). Each request's client waits for its conversation."""
+        from domain_examples.lending import AddBook, BookLent, RegisterMember, RequestLoan
+
+        setup = [client.send("ann", RegisterMember("Ann")),
+                 *(client.send(b, AddBook(f"title {b}")) for b in LOAN_BOOKS)]
+        self.check(all(client.wait(f, self.opts.timeout_s).accepted for f in setup),
+                   "ann registered and five books added")
+        requests = [client.send(b, RequestLoan(member_id="ann")) for b in LOAN_BOOKS]
+        results = [client.wait(f, self.opts.timeout_s) for f in requests]
+        with concurrent.futures.ThreadPoolExecutor(len(results)) as pool:
+            ends = list(pool.map(lambda r: client.wait_conversation(
+                r.command_id, self.opts.timeout_s)[1], results))
+        self.table(["book", "request", "conversation ended with"],
+                   [(b, r.status, repr(e)) for b, r, e in zip(LOAN_BOOKS, results, ends, strict=True)],
+                   max_width=60)
+        lent = [e for e in ends if isinstance(e, BookLent)]
+        cancelled = [e for e in ends if not isinstance(e, BookLent)]
+        self.check(len(lent) == 3 and len(cancelled) == 2
+                   and all(getattr(e, "reason", "") == "limit_reached" for e in cancelled),
+                   "ann holds three loans: the other two were refused by the member and "
+                   "cancelled at their book (each client waited for its conversation's end)")
 
     # ---- read models --------------------------------------------------------------------------
 
@@ -215,20 +267,33 @@ class Demo:
         self.check(got_points == {"c-ann": 25 + 80 + 4, "c-ben": 12 + 100, "c-cy": 9},
                    f"points per customer add up across stores: {got_points}")
 
+        lending = ProjectionReader(apps["lending"], store)
+        loans = lending.category("member_loans", "ann").items
+        self.say("  lending / member_loans for ann (a category of loans, from the books' events)")
+        self.table(list(loans[0]) if loans else ["loan"], [list(i.values()) for i in loans],
+                   max_width=32)
+        self.check(len(loans) == 3 and {i["status"] for i in loans} == {"lent"},
+                   "ann's loans read model lists her three loans")
+
     # ---- the run --------------------------------------------------------------------------------
 
     def run(self) -> int:
         from cqrs.client.command_client import CommandClient
         from cqrs.loading import load_app
         from cqrs.processor.job import ProcessorOptions, start_processor
-        from cqrs.spark_session import spark_session
+        from cqrs.retrier.job import RetrierOptions, start_retrier
+        from cqrs.spark_session import spark_session, wait_until_started
         from projections.rebuild import rebuild_projection
         from projections.runner import run_projectors
 
-        self.say(f"cqrs demo {self.run_id}: bank, orders and loyalty on Kafka, Spark and Cassandra")
+        from cqrs.process.job import ProcessManagerOptions, start_process_manager
+
+        self.say(f"cqrs demo {self.run_id}: bank, orders, loyalty and lending on Kafka, Spark and "
+                 "Cassandra")
         self.step("the local stack")
         with self.stack():
-            self.step("Spark and the three command processors")
+            self.step("Spark, the four command processors, lending's process managers and bank's "
+                      "retry job")
             log = self.base_cfg.dev.home_path / "logs" / f"demo-{self.run_id}-spark.log"
             spark = spark_session(self.cfg, f"cqrs-demo-{self.run_id}", log_file=log)
             self.say(f"  Spark's own output goes to {log}")
@@ -236,9 +301,22 @@ class Demo:
             clients: dict[str, list[Any]] = {}
             try:
                 apps = {name: load_app(ref) for name, ref in APP_REFS.items()}
-                for ref in APP_REFS.values():
-                    queries.append(start_processor(spark, self.cfg, ProcessorOptions(ref)))
-                self.say(f"  {len(queries)} streaming queries running (topics prefixed "
+                starts: list[Callable[[], Any]] = [
+                    lambda ref=ref: start_processor(spark, self.cfg, ProcessorOptions(ref))
+                    for ref in APP_REFS.values()]
+                # after the processors: processAllAvailable below then sees their dead letters
+                starts.append(lambda: start_retrier(spark, self.cfg,
+                                                    RetrierOptions(APP_REFS["bank"])))
+                starts += [lambda pm=pm: start_process_manager(
+                    spark, self.cfg, ProcessManagerOptions(APP_REFS["lending"], pm.name))
+                    for pm in apps["lending"].process_managers]
+                for start in starts:  # one at a time: see wait_until_started
+                    queries.append(start())
+                    if not wait_until_started(queries[-1]):
+                        raise RuntimeError(f"query {queries[-1].name} did not start: "
+                                           f"{queries[-1].exception()}")
+                self.say(f"  {len(queries)} streaming queries running: 4 processors, bank's retry "
+                         f"job and lending's process managers (topics prefixed "
                          f"{self.cfg.kafka.topic_prefix!r}, Cassandra keyspace {self.cfg.cassandra.keyspace!r})")
                 clients = {name: [CommandClient(app, self.cfg) for _ in range(2 if name == "bank" else 1)]
                            for name, app in apps.items()}
@@ -247,7 +325,10 @@ class Demo:
                 answered = self.send_workload(clients)
                 self.show_answers(answered)
 
-                self.step("dead letters (`cqrs dlq list domain_examples.bank:app`)")
+                self.step("a race across aggregates: five loans for a member allowed three")
+                self.race_for_loans(clients["lending"][0])
+
+                self.step("dead letters (`cqrs dlq list domain_examples.bank:app --raw`)")
                 for q in queries:
                     q.processAllAvailable()  # every answered batch has written all its events
                 self.show_dead_letters()

@@ -18,7 +18,8 @@ __all__ = ["build_runner", "register"]
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run_app = job_parsers(commands).add_parser(
-        "app", help="the processor and all projectors of an app in one Spark driver",
+        "app", help="the processor, projectors, process managers and retry job of an app in "
+        "one Spark driver",
         description="Each part is its own streaming query on its usual checkpoint (switching "
         "between this and the separate `run processor` / `run projector` is safe while the "
         "other is stopped); a query that fails is restarted after a back-off "
@@ -32,6 +33,8 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     run_app.add_argument("--no-retrier", action="store_true",
                          help="do not run the retry job (it runs when the app declares "
                          "transient errors: App(retries=RetryPolicy(transient=[...])))")
+    run_app.add_argument("--no-process-managers", action="store_true",
+                         help="do not run the app's process managers")
     run_app.set_defaults(run=_run_app)
 
 
@@ -61,7 +64,8 @@ class Runner:
 
 
 def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
-                 projectors: bool = True, retrier: bool = True, report: Any = _say) -> Runner:
+                 projectors: bool = True, retrier: bool = True, process_managers: bool = True,
+                 report: Any = _say) -> Runner:
     """Start the Spark session, the listener, the probes and the server of ``app_ref``; the
     queries start with :meth:`Runner.run`."""
     import os
@@ -106,6 +110,9 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
                                      topics.events, table_base(app.name, p.name)))
     if retrier and app.retries.transient:
         specs.append(_retrier_spec(spark, cfg, app_ref, board, topics.dead_letters))
+    if process_managers:
+        specs += [_process_manager_spec(spark, cfg, app_ref, pm.name, trigger, board, topics.events)
+                  for pm in app.process_managers]
 
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # noqa: SLF001
 
@@ -170,11 +177,30 @@ def _retrier_spec(spark: Any, cfg: CqrsConfig, app_ref: str, board: Any, topic: 
     return QuerySpec("retrier", "retrier", topic, start)
 
 
+def _process_manager_spec(spark: Any, cfg: CqrsConfig, app_ref: str, name: str,
+                          trigger: str | None, board: Any, events_topic: str) -> Any:
+    """One process manager (as `run process-manager`)."""
+    from cqrs.ops.supervisor import QuerySpec
+    from cqrs.process.job import ProcessManagerOptions, start_process_manager
+
+    def on_batch(_: int, r: Any) -> None:
+        board.count(reactions=r.reacted, reaction_commands=r.commands,
+                    reaction_failures=r.failures, conversations_ended=r.outcomes)
+
+    def start(_: int | None) -> Any:
+        return start_process_manager(
+            spark, cfg, ProcessManagerOptions(app_ref, name, trigger_interval=trigger),
+            on_batch=on_batch)
+
+    return QuerySpec(f"process-manager:{name}", "process-manager", events_topic, start)
+
+
 def _run_app(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     import signal
 
     runner = build_runner(cfg, args.app, trigger=args.trigger, projectors=not args.no_projectors,
-                          retrier=not args.no_retrier)
+                          retrier=not args.no_retrier,
+                          process_managers=not args.no_process_managers)
     stop = threading.Event()
     # SIGTERM (systemd, Kubernetes, kill) stops the queries between batches, like Ctrl-C
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -4,12 +4,41 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from cqrs.config import CqrsConfig
 
-__all__ = ["job_parsers", "register"]
+__all__ = ["job_parsers", "register", "say", "serve_query"]
 
 _JOBS = "cqrs_job_parsers"
+
+
+def say(message: str) -> None:
+    """A job's progress line, stamped with the local time."""
+    import datetime as _dt
+
+    print(f"{_dt.datetime.now():%H:%M:%S} {message}", flush=True)
+
+
+def serve_query(query: Any) -> int:
+    """Keep a job's streaming query running until it ends, SIGTERM or Ctrl-C; stop it between
+    batches and return the exit code (1 when the query failed, with its error said)."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while query.isActive and not stop.is_set():
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    error = query.exception()
+    query.stop()
+    if error is not None:
+        say(f"stopped: {error}")
+        return 1
+    return 0
 
 
 def job_parsers(commands: argparse._SubParsersAction) -> argparse._SubParsersAction:  # type: ignore[type-arg]

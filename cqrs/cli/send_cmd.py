@@ -35,6 +35,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     send.add_argument("--command-id", default=None, metavar="ID",
                       help="idempotency key (default: a random UUID); reuse it to resend safely")
     send.add_argument("--correlation-id", default=None, metavar="ID")
+    send.add_argument("--wait-conversation", action="store_true",
+                      help="with --wait: after an accepted result, also wait for the end of the "
+                      "conversation the command started (process managers) and print it")
     send.set_defaults(run=_run_send)
 
     serve = commands.add_parser("serve", help="serve an app's HTTP API (commands, results, state)")
@@ -81,8 +84,19 @@ def _run_send(cfg: CqrsConfig, args: argparse.Namespace) -> int:
         except CommandTimeoutError as exc:
             print(f"cqrs: timeout: {exc}\nresend: --command-id {exc.command_id}", file=sys.stderr)
             return EXIT_TIMEOUT
-    print(json.dumps(to_jsonable(result), indent=2))
-    return 0 if result.accepted else EXIT_NOT_ACCEPTED
+        print(json.dumps(to_jsonable(result), indent=2), flush=True)
+        if not (result.accepted and args.wait_conversation):
+            return 0 if result.accepted else EXIT_NOT_ACCEPTED
+        from cqrs.client.conversations import ConversationTimeoutError, outcome_json
+
+        try:
+            outcome, event = client.wait_conversation(args.correlation_id or result.command_id,
+                                                      args.timeout)
+        except ConversationTimeoutError as exc:
+            print(f"cqrs: timeout: {exc}", file=sys.stderr)
+            return EXIT_TIMEOUT
+    print(json.dumps({"conversation": outcome_json(outcome, event)}, indent=2))
+    return 0
 
 
 def _run_serve(cfg: CqrsConfig, args: argparse.Namespace) -> int:

@@ -124,6 +124,19 @@ class CommandClient:
                                         daemon=True)
         self._poller.start()
 
+    # ---- conversations -------------------------------------------------------------------
+
+    def wait_conversation(self, correlation_id: str, timeout: float | None = None,
+                          since_s: float = 3600.0) -> tuple[Any, Any]:
+        """``(outcome, event)``: the end of the conversation ``correlation_id`` (the id of the
+        command that started it, unless you gave another), as recorded by a process manager
+        (see :mod:`cqrs.client.conversations`)."""
+        from cqrs.client.conversations import wait_for_outcome
+
+        return wait_for_outcome(self.cfg, self.app, correlation_id,
+                                timeout=self.default_timeout if timeout is None else timeout,
+                                since_s=since_s, topics=self.topics, codec=self._codec)
+
     # ---- sending ------------------------------------------------------------------------
 
     def send(self, aggregate_id: str, command: object, expected_version: int | None = None,

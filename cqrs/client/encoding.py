@@ -20,6 +20,7 @@ def encode_command(
     expected_version: int | None = None,
     command_id: str | None = None,
     correlation_id: str | None = None,
+    causation_id: str | None = None,
     timestamp: _dt.datetime | None = None,
     reply_partition: int | None = None,
 ) -> tuple[str, bytes, bytes, Headers]:
@@ -53,6 +54,7 @@ def encode_command(
         timestamp=timestamp or _dt.datetime.now(_dt.timezone.utc),
         expected_version=expected_version,
         correlation_id=correlation_id,
+        causation_id=causation_id,
         reply_partition=reply_partition,
     )
     key, value, headers = to_kafka(envelope, app.codec.encode(command))

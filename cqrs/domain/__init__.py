@@ -33,6 +33,7 @@ from cqrs.domain.messages import (
     type_version,
 )
 from cqrs.domain.model import AggregateEntry, DomainModel
+from cqrs.domain.process import ProcessManager, Reaction, ReactionContext, Send
 from cqrs.errors import Rejected
 
 __all__ = [
@@ -52,8 +53,12 @@ __all__ = [
     "Message",
     "NewEvent",
     "Outcome",
+    "ProcessManager",
+    "Reaction",
+    "ReactionContext",
     "Rejected",
     "RejectedOutcome",
+    "Send",
     "applies",
     "command",
     "decide",

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
 
+from cqrs.domain._methods import typed_methods
 from cqrs.domain.aggregate import Aggregate, is_aggregate_class
 from cqrs.errors import HandlerSignatureError, Rejected
 
@@ -93,43 +94,28 @@ class CommandHandler(Generic[A]):
         from cqrs.domain.messages import is_command
 
         found: list[HandlerRoute] = []
-        seen: set[str] = set()
-        for klass in type(self).__mro__:
-            if klass is CommandHandler or not issubclass(klass, CommandHandler):
-                continue
-            for name, fn in vars(klass).items():
-                if name.startswith("_") or name in seen or not inspect.isfunction(fn):
-                    continue
-                seen.add(name)
-                try:
-                    hints = typing.get_type_hints(fn)
-                except Exception as exc:
-                    raise HandlerSignatureError(
-                        f"type hints of {klass.__qualname__}.{name} cannot be resolved ({exc}); "
-                        "define commands, events and aggregates at module level"
-                    ) from exc
-                params = list(inspect.signature(fn).parameters.values())
-                cmd_params = [
-                    i for i, p in enumerate(params) if is_command(hints.get(p.name, object))
-                ]
-                if not cmd_params:
-                    continue  # a helper method, not a handler
-                if cmd_params != [2] or len(params) not in (3, 4):
-                    raise HandlerSignatureError(
-                        f"{klass.__qualname__}.{name} must be "
-                        "def name(self, aggregate, cmd: SomeCommand[, ctx: CommandContext]); "
-                        f"got {inspect.signature(fn)}"
-                    )
-                found.append(
-                    HandlerRoute(
-                        command_class=hints[params[2].name],
-                        handler=self,
-                        method_name=name,
-                        function=fn,
-                        wants_context=len(params) == 4,
-                        declared_events=tuple(_event_classes_in(hints.get("return"))),
-                    )
+        for klass, name, fn, hints, params in typed_methods(self, CommandHandler):
+            cmd_params = [
+                i for i, p in enumerate(params) if is_command(hints.get(p.name, object))
+            ]
+            if not cmd_params:
+                continue  # a helper method, not a handler
+            if cmd_params != [2] or len(params) not in (3, 4):
+                raise HandlerSignatureError(
+                    f"{klass.__qualname__}.{name} must be "
+                    "def name(self, aggregate, cmd: SomeCommand[, ctx: CommandContext]); "
+                    f"got {inspect.signature(fn)}"
                 )
+            found.append(
+                HandlerRoute(
+                    command_class=hints[params[2].name],
+                    handler=self,
+                    method_name=name,
+                    function=fn,
+                    wants_context=len(params) == 4,
+                    declared_events=tuple(_event_classes_in(hints.get("return"))),
+                )
+            )
         return found
 
 

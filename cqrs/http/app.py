@@ -20,10 +20,11 @@ __all__ = ["builtin_routes", "create_http_app"]
 
 
 def builtin_routes() -> list[RouteFactory]:
-    """The routes every service has: ``/commands``, ``/aggregates`` and ``/dead-letters``."""
-    from cqrs.http import aggregates, commands, deadletters
+    """The routes every service has: ``/commands``, ``/aggregates``, ``/conversations`` and
+    ``/dead-letters``."""
+    from cqrs.http import aggregates, commands, conversations, deadletters
 
-    return [commands.routes, aggregates.routes, deadletters.routes]
+    return [commands.routes, aggregates.routes, conversations.routes, deadletters.routes]
 
 
 def create_http_app(ctx: HttpContext, extra_routes: Sequence[RouteFactory] = (), *,

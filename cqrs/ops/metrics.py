@@ -31,6 +31,14 @@ COUNTERS: dict[str, tuple[str, dict[str, str], str]] = {
                        "Dead letters given up on (out of attempts, or not transient)."),
     "retries_delivered": ("cqrs_retrier_retries_delivered", {},
                           "Commands the retry job delivered again."),
+    "reactions": ("cqrs_process_manager_reactions", {},
+                  "Events process managers reacted to."),
+    "reaction_commands": ("cqrs_process_manager_commands", {},
+                          "Commands process managers sent."),
+    "reaction_failures": ("cqrs_process_manager_failures", {},
+                          "Events whose reaction failed (dead-lettered)."),
+    "conversations_ended": ("cqrs_conversations_ended", {},
+                            "Conversation outcomes process managers recorded."),
 }
 
 PROCESSOR_PHASES = ("read_s", "step_s", "produce_s", "write_s", "cpu_s")

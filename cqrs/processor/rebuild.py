@@ -140,6 +140,22 @@ _FOLD_SCHEMA = (
 EVENT, RESULT = "e", "r"
 
 
+def stream_marks(command_ids: Any) -> dict[str, tuple[int, int]]:
+    """The process managers' marks (see :mod:`cqrs.domain.process`) implied by the commands an
+    aggregate answered or applied: the events topic keeps their ids forever (each event names
+    its command), the results topic for its retention (rejected commands leave no event, but a
+    later accepted command of the same stream covers them)."""
+    from cqrs.domain.process import DERIVED_PREFIX, parse_derived_id
+
+    marks: dict[str, tuple[int, int]] = {}
+    for cid in command_ids:
+        if isinstance(cid, str) and cid.startswith(DERIVED_PREFIX):
+            d = parse_derived_id(cid)
+            if d is not None and d.position > marks.get(d.stream, (-1, -1)):
+                marks[d.stream] = d.position
+    return marks
+
+
 def _fold_group(cfg: CqrsConfig, opts: ProcessorOptions) -> Callable[[Any, pd.DataFrame], pd.DataFrame]:
     """The grouped function: one aggregate's events and results -> its AggregateRecord row."""
 
@@ -201,7 +217,11 @@ def _fold_group(cfg: CqrsConfig, opts: ProcessorOptions) -> Callable[[Any, pd.Da
                 state, version = replay(entry.aggregate_class, payloads)
                 deleted = state is None and version > 0
                 snapshot = None if state is None else codec.encode(state)
-                record = codec.encode(AggregateRecord.of(version, deleted, snapshot, seen))
+                rebuilt = AggregateRecord.of(version, deleted, snapshot, seen)
+                marks = stream_marks(pdf.get("command_id", ()))
+                if marks:
+                    rebuilt = rebuilt.with_streams(marks, set())
+                record = codec.encode(rebuilt)
         parts = sorted(answered)
         return pd.DataFrame({
             "aggregate_type": [aggregate_type], "aggregate_id": [aggregate_id],
@@ -238,6 +258,7 @@ def _topic_rows(spark: SparkSession, cfg: CqrsConfig, topic: str,
         aggregate_id.alias("aggregate_id"),
         F.coalesce(version, F.lit(-1).cast("long")).alias("version"),
         "value", "partition", "offset",
+        F.expr(header_expr("cqrs.command_id")).cast("string").alias("command_id"),
     )
 
 

@@ -28,6 +28,7 @@ import attrs
 from cqrs.app import App
 from cqrs.codec.registry import Codec
 from cqrs.domain.decision import Accepted, CommandInput, Failed, RejectedOutcome, decide
+from cqrs.domain.process import DERIVED_PREFIX, parse_derived_id
 from cqrs.envelope import CONTENT_TYPE, Envelope, Headers, event_to_kafka, from_kafka
 from cqrs.errors import CqrsError
 from cqrs.results import (
@@ -178,6 +179,10 @@ class AggregateStep:
 
         current = state if state is not None else AggregateRecord()
         seen = set(current.seen_command_ids())
+        # commands of process managers: recognised by their stream's mark, forever
+        positions = current.stream_positions() if current.streams else None
+        retrying = current.retrying_ids() if current.retrying else None
+        streams_changed = False
         pending: list[_Pending] = []
         duplicates: list[tuple[Envelope, str]] = []
         batch_ids: set[str] = set()
@@ -198,6 +203,17 @@ class AggregateStep:
             if cid in seen or cid in batch_ids:
                 duplicates.append((env, cid))
                 continue
+            derived = parse_derived_id(cid) if cid.startswith(DERIVED_PREFIX) else None
+            if derived is not None:
+                if positions is None:
+                    positions = {}
+                mark = positions.get(derived.stream)
+                if mark is not None and derived.position <= mark and \
+                        (retrying is None or cid not in retrying):
+                    continue  # applied before, beyond the dedup window: no second effect
+                if mark is None or derived.position > mark:
+                    positions[derived.stream] = derived.position
+                    streams_changed = True
             try:
                 command = self.codec.decode(payload)
             except CqrsError as exc:
@@ -237,7 +253,13 @@ class AggregateStep:
                     out.append(self._dead_letter(p.record, "handler", outcome.error_type,
                                                  outcome.message, retry))
                     if retry is not None and not retry[1]:
+                        if p.envelope.command_id and p.envelope.command_id.startswith(DERIVED_PREFIX):
+                            retrying = (retrying or set()) | {p.envelope.command_id}
+                            streams_changed = True
                         continue  # transient: no answer yet, the id is not remembered
+                if retrying and (p.envelope.command_id or "") in retrying:
+                    retrying = retrying - {p.envelope.command_id or ""}
+                    streams_changed = True
                 result = self._result(p, aggregate_type, aggregate_id, outcome)
                 result_bytes = self.codec.encode(result)
                 out.append(self._result_record(result, result_bytes, p.envelope, aggregate_headers))
@@ -257,11 +279,13 @@ class AggregateStep:
             else:
                 out.append(self._result_record(answer, self.codec.encode(answer), dup_env))
 
-        if not new_seen and version == current.version:
+        if not new_seen and version == current.version and not streams_changed:
             return StepResult(None, agg_state, out)  # nothing to store
-        return StepResult(current.remember(version, deleted, snapshot, new_seen,
-                                           self.dedup.window_ms, self.dedup.max_per_aggregate),
-                          agg_state, out)
+        record = current.remember(version, deleted, snapshot, new_seen,
+                                  self.dedup.window_ms, self.dedup.max_per_aggregate)
+        if streams_changed:
+            record = record.with_streams(positions or {}, retrying or set())
+        return StepResult(record, agg_state, out)
 
     # ---- helpers ----------------------------------------------------------------------------
 

@@ -20,5 +20,6 @@ def test_the_demo_runs_end_to_end_and_checks_itself(cqrs_config: CqrsConfig) -> 
     assert "every check passed" in out
     assert "FAIL" not in out
     for claim in ("exactly one won", "the newest 30, newest first", "dead-letter topic",
-                  "add up across stores", "equals generation 1"):
+                  "add up across stores", "equals generation 1", "ann holds three loans",
+                  "lists her three loans"):
         assert claim in out

@@ -42,7 +42,7 @@ def opts() -> Iterator[tuple[CqrsConfig, ProcessorOptions, AggregateStep]]:
     options = ProcessorOptions("cqrs.testing.example_app:app", topics=TOPICS,
                                dedup=DedupPolicy(window_ms=10_000, max_per_aggregate=3))
     step = AggregateStep(app, app.codec, TOPICS, options.dedup)
-    key = repr((cfg, options, False))
+    key = job.config_key(cfg, options, False)  # the key step_for looks it up by
     job._WORKERS[key] = Worker(cfg, step, None, 0, None)  # type: ignore[arg-type]  # noqa: SLF001
     try:
         yield cfg, options, step

@@ -1,0 +1,210 @@
+"""One process manager over a run of events: the pure part of its job, shared by the Spark
+query, the local runner and the test kit.
+
+For each event (in log order) the process manager reacts to or completes on:
+
+1. a stateful process manager finds the instance (:meth:`ProcessManager.correlate`) and skips
+   the event if the instance applied it already (per source aggregate, the highest version it
+   applied: the event log may hold an event twice, and a replay reads everything again);
+2. the reaction runs; each command it sends becomes an envelope with a derived id
+   (:func:`~cqrs.domain.process.derived_command_id`), the event's timestamp and correlation id,
+   and the event's id as causation id;
+3. a ``completes_on`` event becomes a :class:`~cqrs.results.ConversationOutcome`;
+4. a reaction that raises is a :class:`ReactionFailure`: the event is skipped (a stateful
+   instance does not count it as applied) and the caller dead-letters it.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from cqrs.app import App
+from cqrs.domain.messages import type_name
+from cqrs.domain.process import (
+    ProcessManager, ReactionContext, ReactionRoute, derived_command_id, react,
+)
+from cqrs.envelope import Envelope
+from cqrs.errors import CqrsError
+from cqrs.results import ConversationOutcome
+
+__all__ = [
+    "Instance",
+    "ProcessManagerError",
+    "ReactionFailure",
+    "ReactorOutput",
+    "Reactor",
+    "SentCommand",
+    "SourceEvent",
+    "process_manager_of",
+]
+
+
+class ProcessManagerError(CqrsError, LookupError):
+    """A process manager the app does not declare."""
+
+
+def process_manager_of(app: App, name: str) -> ProcessManager[Any]:
+    """The app's process manager called ``name``, else an error listing the known ones."""
+    for pm in app.process_managers:
+        if pm.name == name:
+            return pm
+    known = sorted(pm.name for pm in app.process_managers) or "none"
+    raise ProcessManagerError(
+        f"app {app.name!r} has no process manager {name!r} (known: {known}): add it to "
+        "App(..., process_managers=[...]) or check the name"
+    )
+
+
+@attrs.frozen(slots=True)
+class SourceEvent:
+    """An event read from the events topic: its envelope, the decoded event and its bytes."""
+
+    envelope: Envelope
+    event: Any
+    payload: bytes
+    partition: int = -1
+    offset: int = -1
+
+
+@attrs.frozen(slots=True)
+class Instance:
+    """One instance of a stateful process manager: its state (``None``: finished) and, per
+    source aggregate (``type:id``), the highest event version it applied."""
+
+    key: str
+    state: Any
+    applied: Mapping[str, int] = attrs.field(factory=dict)
+
+    def has_applied(self, env: Envelope) -> bool:
+        return self.applied.get(f"{env.aggregate_type}:{env.aggregate_id}", 0) >= (env.version or 0)
+
+
+@attrs.frozen(slots=True)
+class SentCommand:
+    """A command to send: its envelope (derived id, context) and the command."""
+
+    envelope: Envelope
+    command: Any
+
+
+@attrs.frozen(slots=True)
+class ReactionFailure:
+    """A reaction that raised: the event, and what was raised."""
+
+    source: SourceEvent
+    error_type: str
+    message: str
+    stack: str
+
+
+@attrs.define
+class ReactorOutput:
+    commands: list[SentCommand] = attrs.field(factory=list)
+    outcomes: list[ConversationOutcome] = attrs.field(factory=list)
+    failures: list[ReactionFailure] = attrs.field(factory=list)
+    instances: dict[str, Instance] = attrs.field(factory=dict)  # changed instances
+    reacted: int = 0
+    skipped: int = 0  # applied by the instance before
+
+
+class Reactor:
+    """Runs one process manager of an app (see the module doc)."""
+
+    def __init__(self, app: App, pm: ProcessManager[Any]):
+        self.app = app
+        self.pm = pm
+        self.routes: dict[type, ReactionRoute] = {r.event_class: r for r in pm.routes()}
+        self.stateful = pm.state_class() is not None
+        self.completes_on = frozenset(pm.completes_on)
+
+    @property
+    def event_types(self) -> list[str]:
+        """Type names of every event this process manager reads (reactions and completions)."""
+        return sorted({type_name(c) for c in [*self.routes, *self.completes_on]})
+
+    @staticmethod
+    def context(env: Envelope) -> ReactionContext:
+        return ReactionContext(
+            aggregate_type=env.aggregate_type, aggregate_id=env.aggregate_id,
+            version=env.version or 0, event_id=env.message_id, timestamp=env.timestamp,
+            correlation_id=env.correlation_id or env.causation_id or env.message_id,
+            causation_id=env.causation_id)
+
+    def keys(self, events: Iterable[SourceEvent]) -> list[str]:
+        """The instance keys a run of events touches (stateful process managers), to read
+        their instances in one go. A ``correlate`` that raises is left to :meth:`run`."""
+        if not self.stateful:
+            return []
+        keys: dict[str, None] = {}
+        for src in events:
+            if type(src.event) in self.routes:
+                try:
+                    keys[self._key(src)] = None
+                except Exception:  # noqa: BLE001 - reported by run() as the event's failure
+                    continue
+        return list(keys)
+
+    def _key(self, src: SourceEvent) -> str:
+        key = self.pm.correlate(src.event, self.context(src.envelope))
+        if not isinstance(key, str) or not key:
+            raise ProcessManagerError(
+                f"{type(self.pm).__qualname__}.correlate returned {key!r} for "
+                f"{src.envelope.message_type} {src.envelope.message_id}: return a non-empty str"
+            )
+        return key
+
+    def run(self, events: Sequence[SourceEvent], instances: Mapping[str, Instance | None]) -> ReactorOutput:
+        """React to ``events`` (in log order) given the instances they touch."""
+        out = ReactorOutput()
+        current: dict[str, Instance | None] = dict(instances)
+        for src in events:
+            env = src.envelope
+            ctx = self.context(env)
+            if type(src.event) in self.completes_on:
+                out.outcomes.append(ConversationOutcome(
+                    ctx.correlation_id, self.pm.name, env.message_type, env.message_id,
+                    env.aggregate_type, env.aggregate_id, ctx.version, env.timestamp,
+                    src.payload))
+            route = self.routes.get(type(src.event))
+            if route is None:
+                continue
+            try:
+                if self.stateful:
+                    key = self._key(src)
+                    inst = current.get(key)
+                    if inst is not None and inst.has_applied(env):
+                        out.skipped += 1
+                        continue
+                    state, sends = react(self.pm, route, None if inst is None else inst.state,
+                                         src.event, ctx)
+                    applied = dict(inst.applied) if inst is not None else {}
+                    applied[f"{env.aggregate_type}:{env.aggregate_id}"] = ctx.version
+                    new = Instance(key, state, applied)
+                else:
+                    _, sends = react(self.pm, route, None, src.event, ctx)
+                    new = None
+                commands = [self._command(ctx, i, s) for i, s in enumerate(sends)]
+            except Exception as exc:  # noqa: BLE001 - the user's code: the event is dead-lettered
+                out.failures.append(ReactionFailure(
+                    src, type(exc).__qualname__, str(exc), traceback.format_exc(limit=20)))
+                continue
+            out.reacted += 1
+            out.commands.extend(commands)
+            if new is not None:
+                current[new.key] = new
+                out.instances[new.key] = new
+        return out
+
+    def _command(self, ctx: ReactionContext, index: int, send: Any) -> SentCommand:
+        entry, _ = self.app.model.route(send.command)
+        cid = derived_command_id(self.pm.name, ctx, index)
+        env = Envelope.for_command(
+            send.command, command_id=cid, aggregate_type=entry.type_name,
+            aggregate_id=send.aggregate_id, timestamp=ctx.timestamp,
+            expected_version=send.expected_version, correlation_id=ctx.correlation_id,
+            causation_id=ctx.event_id)
+        return SentCommand(env, send.command)
