@@ -14,13 +14,14 @@ import pytest
 from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import make_producer, read_to_end, watermarks
-from cqrs.processor.job import ProcessorOptions, publish_app_schemas, worker_for
+from cqrs.processor.job import ProcessorOptions, worker_for
 from cqrs.processor.partition import Worker, run_task
 from cqrs.processor.state import StateReader
 from cqrs.processor.state_table import Position, open_state_table
 from cqrs.testing.example import Deposit, OpenAccount
 from cqrs.testing.example_app import app
-from cqrs.topics import AppTopics, ensure_topics, topics_for
+from bank_worker import bank_options
+from cqrs.topics import AppTopics
 
 pytestmark = pytest.mark.integration
 
@@ -56,15 +57,8 @@ class Fixture:
 
 @pytest.fixture
 def fx(cqrs_config: CqrsConfig, unique_name: str) -> Iterator[Fixture]:
-    topics = topics_for(app.name, unique_name + "-")
-    ensure_topics(cqrs_config, topics)
-    publish_app_schemas(cqrs_config, topics, app)
-    table = open_state_table(cqrs_config, topics)
-    generation = table.ensure_current()
-    table.close()
-    opts = ProcessorOptions("cqrs.testing.example_app:app", topics=topics, results_partitions=4,
-                            state_generation=generation)
-    yield Fixture(cqrs_config, topics, worker_for(cqrs_config, opts), opts)
+    opts = bank_options(cqrs_config, unique_name)
+    yield Fixture(cqrs_config, opts.topics, worker_for(cqrs_config, opts), opts)
 
 
 def _balance(fx: Fixture, agg: str) -> tuple[int, int]:
