@@ -107,5 +107,11 @@ def _process_managers(model: DomainModel,
                     f"{type(instance).__qualname__}.{route.method_name} reacts to "
                     f"{type_name(route.event_class)!r}, which no aggregate of the app applies: "
                     "add the aggregate, or list the event in App(events=[...])")
+        for ev in instance.completes_on:
+            if type_name(ev) not in model.events:
+                raise DomainModelError(
+                    f"{type(instance).__qualname__}.completes_on names {type_name(ev)!r}, which "
+                    "no aggregate of the app applies, so no conversation could end on it: add "
+                    "the aggregate, or list the event in App(events=[...])")
         found[instance.name] = instance
     return tuple(found.values())

@@ -218,6 +218,12 @@ def react(pm: ProcessManager[Any], route: ReactionRoute, state: Any, event: Any,
         return None, ()
     if isinstance(result, Send):
         return None, (result,)
+    if isinstance(result, Reaction):
+        raise NotAMessageError(
+            f"{type(pm).__qualname__}.{route.method_name} returned {result!r}, but "
+            f"{type(pm).__qualname__} keeps no state: subclass ProcessManager[S] (S an attrs "
+            "class) to return Reaction(state, send=[...]), or return Sends here"
+        )
     if isinstance(result, (str, bytes)) or not isinstance(result, Iterable):
         raise NotAMessageError(
             f"{type(pm).__qualname__}.{route.method_name} returned {result!r}: return a "

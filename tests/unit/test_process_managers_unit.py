@@ -9,7 +9,7 @@ import pytest
 
 from cqrs.app import App
 from cqrs.client import encode_command
-from cqrs.domain import ProcessManager, ReactionContext, Send
+from cqrs.domain import ProcessManager, Reaction, ReactionContext, Send, event
 from cqrs.domain.process import derived_command_id, parse_derived_id
 from cqrs.errors import DomainModelError, HandlerSignatureError, NotAMessageError
 from cqrs.process import Reactor
@@ -17,9 +17,9 @@ from cqrs.processor import AggregateStep, DedupPolicy, InputRecord
 from cqrs.testing.process import ProcessTest
 from cqrs.topics import topics_for
 from domain_examples.lending import (
-    BookLent, BookReturned, CancelLoan, ConfirmLoan, Lending, LoanCancelled, LoanRequested,
-    LoanSlotRefused, LoanSlotReserved, ReleaseLoanSlot, ReserveLoanSlot, StrikeCount, Strikes,
-    SuspendMember, app,
+    Book, BookHandler, BookLent, BookReturned, CancelLoan, ConfirmLoan, Lending, LoanCancelled,
+    LoanRequested, LoanSlotRefused, LoanSlotReserved, Member, MemberHandler, ReleaseLoanSlot,
+    ReserveLoanSlot, StrikeCount, Strikes, SuspendMember, app,
 )
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -56,6 +56,33 @@ def test_names_must_be_unique_and_events_known_to_the_app() -> None:
             [__import__("domain_examples.lending", fromlist=["x"]).BookHandler,
              __import__("domain_examples.lending", fromlist=["x"]).MemberHandler],
             process_managers=[Lending, Again])
+
+
+def test_completes_on_an_event_no_aggregate_applies_is_refused() -> None:
+    @event(name="elsewhere.Happened")
+    class Happened:
+        what: str
+
+    class NeverEnds(Lending):
+        name = "never-ends"
+        completes_on = (BookLent, Happened)
+
+    with pytest.raises(DomainModelError, match=r"NeverEnds.completes_on names 'elsewhere.Happened'"):
+        App("x", aggregates=[Book, Member], handlers=[BookHandler, MemberHandler],
+            process_managers=[NeverEnds])
+
+
+def test_a_stateless_reaction_returning_a_reaction_is_told_to_keep_state() -> None:
+    class Confused(ProcessManager):
+        def on(self, event: LoanRequested) -> object:
+            return Reaction(None)
+
+    confused = App("confused", aggregates=[Book, Member], handlers=[BookHandler, MemberHandler],
+                   process_managers=[Confused])
+    out = Reactor(confused, confused.process_managers[0]).run(
+        [ProcessTest(confused, Confused).source(LoanRequested("ann"))], {})
+    assert [f.error_type for f in out.failures] == ["NotAMessageError"]
+    assert "subclass ProcessManager[S]" in out.failures[0].message
 
 
 def test_send_takes_a_command_and_a_target() -> None:
