@@ -197,7 +197,7 @@ def read_to_end(cfg: CqrsConfig, topics: Iterable[str], timeout_s: float = 60.0,
         out: list[KafkaRecord] = []
         deadline = time.monotonic() + timeout_s
         while wanted and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
+            for msg in take(consumer, 10_000, 0.5):
                 if msg.error():
                     continue
                 tp = (msg.topic(), msg.partition())

@@ -19,7 +19,7 @@ from cqrs.app import App
 from cqrs.config import CqrsConfig
 from cqrs.deadletters import DeadLetter, DeadLetterError, retry_id, retry_record
 from cqrs.errors import CqrsError
-from cqrs.kafka_io import make_consumer, make_producer, watermarks
+from cqrs.kafka_io import make_consumer, make_producer, take, watermarks
 from cqrs.retrier.plan import DONE, PARKED, WAITING, LetterFilter, bucket_of
 from cqrs.retrier.store import AttemptRow, DueEntry, LetterRow, RetryStore, now_ms
 from cqrs.topics import AppTopics
@@ -89,7 +89,7 @@ def find_result(cfg: CqrsConfig, app: App, topic: str, command_id: str,
     try:
         consumer.assign([TopicPartition(topic, p, int((starts or {}).get(str(p), 0))) for p in todo])
         while todo:
-            msgs = consumer.consume(num_messages=1000, timeout=2.0)
+            msgs = take(consumer, 1000, 2.0)
             if not msgs:
                 break
             for m in msgs:

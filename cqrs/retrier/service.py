@@ -25,7 +25,7 @@ from cqrs.app import App
 from cqrs.config import CqrsConfig
 from cqrs.deadletters import DeadLetter, parse_dead_letter
 from cqrs.errors import CqrsError
-from cqrs.kafka_io import KafkaRecord, OffsetReader, make_consumer, make_producer
+from cqrs.kafka_io import KafkaRecord, OffsetReader, make_consumer, make_producer, take
 from cqrs.retries import ATTEMPT_HEADER
 from cqrs.retrier.plan import (
     PARKED, WAITING, bucket_of, classify, due_ms, letter_id, redelivery,
@@ -241,7 +241,7 @@ class Retrier:
             consumer.assign([TopicPartition(self.topics.commands, p, int(starts.get(str(p), 0)))
                              for p in todo])
             while todo:
-                msgs = consumer.consume(num_messages=1000, timeout=1.0)
+                msgs = take(consumer, 1000, 1.0)
                 if not msgs:
                     raise RetrierError(f"could not read {self.topics.commands} to check whether "
                                        f"retry {row.attempt + 1} of {row.command_id!r} was sent")
