@@ -470,6 +470,21 @@ def run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
     partition only while the recorded position is the one it wrote itself: else another worker
     applied commands since. At the end the task records how far it got on each partition.
     """
+    collecting = gc.isenabled()
+    gc.disable()  # see process_slices; here it is the cached states the collector would walk
+    try:
+        return _run_task(worker, topic, ranges, serve_until, timeout_s)
+    finally:
+        if collecting:
+            # what the task leaves (the cache, mostly) lives on: keep the collector's later
+            # passes, between tasks, from walking it (young garbage is collected first)
+            gc.collect(1)
+            gc.freeze()
+            gc.enable()
+
+
+def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
+              serve_until: float | None, timeout_s: float) -> SliceStats:
     from confluent_kafka import TopicPartition
 
     from cqrs.kafka_io import take
