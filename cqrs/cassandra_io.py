@@ -232,18 +232,23 @@ class CassandraSession:
             by_replicas.setdefault(tuple(sorted(h.host_id for h in replicas)), []).append(i)
         if sizes is None:
             return [idx[j:j + n] for idx in by_replicas.values() for j in range(0, len(idx), n)]
+        return [g for idx in by_replicas.values() for g in self._split(idx, sizes)]
+
+    def _split(self, idx: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
+        """``idx`` in runs of at most ``rows_per_request`` whose ``sizes`` stay under
+        :data:`MAX_BATCH_BYTES` (a larger row goes alone)."""
+        n = self.rows_per_request
         out: list[list[int]] = []
-        for idx in by_replicas.values():
-            group: list[int] = []
-            total = 0
-            for i in idx:
-                if group and (len(group) == n or total + sizes[i] > MAX_BATCH_BYTES):
-                    out.append(group)
-                    group, total = [], 0
-                group.append(i)
-                total += sizes[i]
-            if group:
+        group: list[int] = []
+        total = 0
+        for i in idx:
+            if group and (len(group) == n or total + sizes[i] > MAX_BATCH_BYTES):
                 out.append(group)
+                group, total = [], 0
+            group.append(i)
+            total += sizes[i]
+        if group:
+            out.append(group)
         return out
 
     def read_in(self, select: str, key_column: str, keys: Sequence[str]) -> list[Any]:
@@ -281,6 +286,32 @@ class CassandraSession:
                 batch.add(stmt, params[i])
             batches.append((batch, ()))
         return self.concurrent_started(batches, f"a batch of {stmt.query_string!r}")
+
+    def start_writing_partitions(self, stmt: Any, rows: Sequence[Sequence[Sequence[Any]]],
+                                 sizes: Sequence[Sequence[int]]) -> Callable[[], list[Any]]:
+        """Write rows given per Cassandra partition (``rows[k]``: the params of ``stmt`` for
+        the rows of one partition, ``sizes[k]`` their bytes): unlogged batches of one partition
+        each (see :meth:`_split`), or a request per row; call what this returns to wait."""
+        from cassandra.query import BatchStatement, BatchType
+
+        if self.rows_per_request == 1:
+            return self.concurrent_started([(stmt, p) for part in rows for p in part],
+                                           f"Cassandra statement {stmt.query_string!r}")
+        batches = []
+        for part, part_sizes in zip(rows, sizes, strict=True):
+            for group in self._split(range(len(part)), part_sizes):
+                batch = BatchStatement(BatchType.UNLOGGED, consistency_level=self.write_cl)
+                for i in group:
+                    batch.add(stmt, part[i])
+                batches.append((batch, ()))
+        return self.concurrent_started(batches, f"a batch of {stmt.query_string!r}")
+
+    def table_columns(self, table: str) -> set[str] | None:
+        """The column names of ``table`` in the keyspace, as the driver's schema metadata knows
+        them (None: no such table)."""
+        keyspace = self.cluster.metadata.keyspaces.get(self.keyspace)
+        found = None if keyspace is None else keyspace.tables.get(table)
+        return None if found is None else set(found.columns)
 
     def close(self) -> None:
         self.cluster.shutdown()

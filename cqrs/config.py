@@ -364,9 +364,14 @@ class ProcessorSettings:
         "cores of a local[N] master, else spark.default.parallelism).",
     )
     rows_per_request: int = setting(
-        32, "CQRS_PROCESSOR_ROWS_PER_REQUEST",
-        "Aggregate-state rows per Cassandra request (IN reads, unlogged batches); 1: a request "
-        "per row.",
+        100, "CQRS_PROCESSOR_ROWS_PER_REQUEST",
+        "Aggregate-state rows per Cassandra request (IN reads, unlogged batches), all of one "
+        "bucket; 1: a request per row.",
+    )
+    state_buckets: int = setting(
+        64, "CQRS_PROCESSOR_STATE_BUCKETS",
+        "Cassandra partitions a new generation of the aggregate-state table spreads its rows "
+        "over (a generation keeps its count; `cqrs rebuild-state` makes a new one).",
     )
     serve_seconds: float = setting(
         2.0, "CQRS_PROCESSOR_SERVE_SECONDS",

@@ -106,3 +106,41 @@ def test_large_rows_are_written_in_batches_cassandra_accepts(fx: Fixture) -> Non
     found = table.read(fx.worker.generation, [r.aggregate_id for r in big])
     assert {k: v.record[:1] * len(v.record) == v.record for k, v in found.items()} == {
         r.key: True for r in big}
+
+
+def test_a_generation_keeps_the_bucket_count_it_was_made_with(fx: Fixture) -> None:
+    """Rows are spread over the generation's buckets; a table opened with another
+    ``state_buckets`` (a changed setting) still finds them, by the count recorded at creation."""
+    from cqrs.processor.state_table import StateTable, bucket_of, state_table_name
+
+    table = fx.worker.table
+    generation = fx.worker.generation
+    made_with = table.buckets_of(generation)
+    rows = [StoredAggregate(f"b-{i}", "example.bank.Account", 1, False, b"x", 0, i, 1)
+            for i in range(300)]
+    table.write(generation, rows)
+    assert len({bucket_of(r.aggregate_id, made_with) for r in rows}) > 1
+    other = StateTable(table.cassandra, table.app_name, buckets=made_with * 2 + 1)
+    other.ensure(generation)  # exists: keeps its count
+    assert other.buckets_of(generation) == made_with
+    assert other.read(generation, [r.aggregate_id for r in rows]) == {r.key: r for r in rows}
+    assert other.get(generation, "b-7") == [rows[7]]
+    name = state_table_name(table.app_name, generation)
+    counted = table.cassandra.execute(f"SELECT count(*) FROM {name}").one()[0]
+    assert counted == 300
+
+
+def test_a_table_of_the_earlier_layout_is_refused_with_what_to_do(fx: Fixture) -> None:
+    """A state table written before buckets (one partition per aggregate) is not misread."""
+    from cqrs.processor.state_table import StateTable, StateTableError, state_table_name
+
+    table = fx.worker.table
+    old = StateTable(table.cassandra, table.app_name + "_old")
+    table.cassandra.execute(
+        f"CREATE TABLE {state_table_name(old.app_name, 1)} (aggregate_id text, aggregate_type "
+        "text, version bigint, deleted boolean, record blob, source_partition int, applied_offset "
+        "bigint, commands bigint, PRIMARY KEY ((aggregate_id), aggregate_type))")
+    with pytest.raises(StateTableError, match="earlier cqrs version.*cqrs rebuild-state"):
+        old.ensure(1)
+    with pytest.raises(StateTableError, match="bucket"):
+        StateTable(table.cassandra, table.app_name, buckets=0)
