@@ -10,6 +10,7 @@ request of 32 rows about 1 ms, which is why reads and writes travel in groups.
 from __future__ import annotations
 
 import re
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,11 +19,21 @@ from cqrs.config import CassandraSettings
 from cqrs.errors import CqrsError
 
 __all__ = ["MAX_BATCH_BYTES", "CassandraSession", "CassandraUnavailableError", "InvalidIdentifierError",
-           "consistency_level", "identifier", "quote", "replication_map"]
+           "consistency_level", "cql_bigint", "cql_boolean", "cql_int", "identifier", "quote",
+           "replication_map"]
 
 # Cassandra warns about a batch over 5 KiB and refuses one over 50 KiB by default (the dev
 # stack allows 64 / 640): larger rows are written in smaller batches, a very large one alone
 MAX_BATCH_BYTES = 40_000
+
+cql_int = struct.Struct(">i").pack  # CQL int, serialized (see start_writing_partitions)
+cql_bigint = struct.Struct(">q").pack  # CQL bigint
+_TRUE, _FALSE = b"\x01", b"\x00"
+
+
+def cql_boolean(value: bool) -> bytes:
+    """CQL boolean, serialized."""
+    return _TRUE if value else _FALSE
 
 
 class CassandraUnavailableError(CqrsError, RuntimeError):
@@ -287,22 +298,35 @@ class CassandraSession:
             batches.append((batch, ()))
         return self.concurrent_started(batches, f"a batch of {stmt.query_string!r}")
 
-    def start_writing_partitions(self, stmt: Any, rows: Sequence[Sequence[Sequence[Any]]],
+    def start_writing_partitions(self, stmt: Any, rows: Sequence[Sequence[list[bytes | None]]],
                                  sizes: Sequence[Sequence[int]]) -> Callable[[], list[Any]]:
-        """Write rows given per Cassandra partition (``rows[k]``: the params of ``stmt`` for
-        the rows of one partition, ``sizes[k]`` their bytes): unlogged batches of one partition
-        each (see :meth:`_split`), or a request per row; call what this returns to wait."""
-        from cassandra.query import BatchStatement, BatchType
+        """Write rows given per Cassandra partition: ``rows[k]`` the rows of one partition, each
+        the values of ``stmt``'s markers already serialized in CQL's binary form (see
+        :data:`cql_int`, :data:`cql_bigint`, :func:`cql_boolean`; text as UTF-8), ``sizes[k]``
+        their bytes. Unlogged batches of one partition each (see :meth:`_split`), or a request
+        per row; call what this returns to wait.
+
+        The driver binds a row in Python column by column (~7 us for nine columns); a caller
+        that knows its columns' types serializes them in ~2."""
+        from cassandra.query import BatchStatement, BatchType, BoundStatement
+
+        def bound(values: list[bytes | None]) -> Any:
+            out = BoundStatement(stmt)
+            out.values = values
+            return out
 
         if self.rows_per_request == 1:
-            return self.concurrent_started([(stmt, p) for part in rows for p in part],
+            return self.concurrent_started([(bound(v), ()) for part in rows for v in part],
                                            f"Cassandra statement {stmt.query_string!r}")
+        query_id = stmt.query_id
         batches = []
         for part, part_sizes in zip(rows, sizes, strict=True):
             for group in self._split(range(len(part)), part_sizes):
                 batch = BatchStatement(BatchType.UNLOGGED, consistency_level=self.write_cl)
-                for i in group:
-                    batch.add(stmt, part[i])
+                batch.add(bound(part[group[0]]))  # the batch's routing key and keyspace
+                add = batch._add_statement_and_params  # what add() does for a bound statement
+                for i in group[1:]:
+                    add(True, query_id, part[i])
                 batches.append((batch, ()))
         return self.concurrent_started(batches, f"a batch of {stmt.query_string!r}")
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import attrs
 
-from cqrs.cassandra_io import CassandraSession
+from cqrs.cassandra_io import CassandraSession, cql_bigint, cql_boolean, cql_int
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 from cqrs.topics import AppTopics
@@ -248,11 +248,14 @@ class StateTable:
             f"{', '.join(_COLUMNS)}) VALUES ({', '.join('?' * (len(_COLUMNS) + 1))}) "
             "USING TIMESTAMP ?", write=True)
         groups = self._by_bucket(generation, [r.aggregate_id for r in rows])
+        i32, i64, boolean = cql_int, cql_bigint, cql_boolean
         batches = []
         for bucket, idx in groups.items():
-            batches.append([(bucket, r.aggregate_id, r.aggregate_type, r.version, r.deleted,
-                             r.record, r.source_partition, r.applied_offset, r.commands,
-                             r.commands) for r in (rows[i] for i in idx)])
+            b = i32(bucket)
+            batches.append([[b, r.aggregate_id.encode("utf-8"), r.aggregate_type.encode("utf-8"),
+                             i64(r.version), boolean(r.deleted), r.record, i32(r.source_partition),
+                             i64(r.applied_offset), i64(r.commands), i64(r.commands)]
+                            for r in (rows[i] for i in idx)])
         sizes = [[len(rows[i].record) + 64 for i in idx] for idx in groups.values()]
         return self.cassandra.start_writing_partitions(stmt, batches, sizes)
 
