@@ -28,6 +28,7 @@ about a third of the CPU of the same rows over as many partitions as aggregates.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import zlib
@@ -85,6 +86,7 @@ def bucket_of(aggregate_id: str, buckets: int) -> int:
     return zlib.crc32(aggregate_id.encode("utf-8")) % buckets
 
 
+@functools.lru_cache(maxsize=256)
 def state_table_name(app_name: str, generation: int) -> str:
     """``state_<app>_g<n>``, within Cassandra's 48 characters (hashed when longer)."""
     app = _UNSAFE.sub("_", app_name.lower())
