@@ -108,10 +108,13 @@ class _Cached:
 class StateCache:
     """The states a worker wrote, per commands-topic partition, valid for a slice only when the
     slice starts where the worker's last slice of that partition ended (nobody else can have
-    applied commands of the partition in between). Bounded: least recently used go first."""
+    applied commands of the partition in between). Bounded: partitions the running task does
+    not serve go first, the one put longest ago first (most likely another worker's by now),
+    then the least recently used states of the partition being put."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
+        self.serving: set[Any] = set()  # partitions of the running task: evicted last
         self._parts: dict[Any, tuple[int, collections.OrderedDict[tuple[str, str], _Cached]]] = {}
 
     def take(self, part: Any, first_offset: int) -> collections.OrderedDict[tuple[str, str], _Cached]:
@@ -126,13 +129,16 @@ class StateCache:
             entries: collections.OrderedDict[tuple[str, str], _Cached]) -> None:
         if self.capacity <= 0:
             return
+        self._parts.pop(part, None)
         total = sum(len(e) for _, e in self._parts.values()) + len(entries)
+        if total > self.capacity:  # partitions the running task does not serve, oldest first
+            for other in [p for p in self._parts if p not in self.serving]:
+                total -= len(self._parts.pop(other)[1])
+                if total <= self.capacity:
+                    break
         while total > self.capacity and entries:
             entries.popitem(last=False)
             total -= 1
-        while total > self.capacity and self._parts:
-            _, (_, other) = self._parts.popitem()
-            total -= len(other)
         self._parts[part] = (next_offset, entries)
 
     def drop(self, part: Any) -> None:
@@ -493,6 +499,7 @@ def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
     started = time.perf_counter()
     positions = worker.table.positions(worker.generation, topic)
     start: dict[int, int] = {}
+    worker.cache.serving = {worker.part(topic, p) for p in ranges}
     for p, (planned, _) in ranges.items():
         pos = positions.get(p)
         if pos is None or pos.writer != worker.token or worker.cache.next_offset(worker.part(topic, p)) != pos.next_offset:
