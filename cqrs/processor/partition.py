@@ -202,8 +202,10 @@ class Worker:
         self.producer = producer
         self.cache = StateCache(cfg.processor.state_cache_aggregates)
         self.token = uuid.uuid4().hex  # names this worker in the positions it writes
-        # state writes started, with the cached partitions they cover: see process_slices
-        self.in_flight: list[tuple[Callable[[], object], list[tuple[Any, ...]]]] = []
+        # state writes started, with the cached partitions and aggregate ids they cover
+        self.in_flight: list[tuple[Callable[[], object], list[tuple[Any, ...]], set[str]]] = []
+        # the last slices' rows, whose records are sent but not yet known to be acknowledged
+        self.sent: tuple[list[StoredAggregate], list[tuple[Any, ...]], set[str], int] | None = None
         self.consumer: Any = None
         self.errors: list[str] = []
 
@@ -211,24 +213,48 @@ class Worker:
         """Wait for the oldest state writes until at most ``keep`` are in flight. A write that
         failed drops the cached states of every partition in flight, and raises."""
         while len(self.in_flight) > keep:
-            writing, _ = self.in_flight[0]
+            writing = self.in_flight[0][0]
             try:
                 writing()
             except Exception:
-                for _, parts in self.in_flight:
-                    for part in parts:
-                        self.cache.drop(part)
-                self.in_flight.clear()
+                self.abandon()
                 raise
             self.in_flight.pop(0)
 
+    def finish_sent(self) -> None:
+        """Wait until Kafka acknowledged the records of the last slices sent, then start
+        writing the state rows they explain (see :func:`process_slices`)."""
+        if self.sent is None:
+            return
+        rows, parts, ids, count = self.sent
+        try:
+            self.confirm(count)
+            writing = self.table.start_writing(self.generation, rows)
+        except Exception:
+            self.abandon()
+            raise
+        self.sent = None
+        self.in_flight.append((writing, parts, ids))
+        self.settle(MAX_WRITES_IN_FLIGHT)
+
+    def unwritten(self, ids: set[str]) -> bool:
+        """Whether a row of one of these aggregate ids is sent or in flight, not yet written:
+        the table may still hold an older one."""
+        pending = [self.sent[2]] if self.sent is not None else []
+        pending += [w[2] for w in self.in_flight]
+        return any(not p.isdisjoint(ids) for p in pending)
+
     def abandon(self) -> None:
-        """Forget the state writes in flight (they may still land: each explains records Kafka
-        acknowledged) and the cached states they cover."""
-        for _, parts in self.in_flight:
+        """Forget the state rows sent and in flight (they may still land: each explains records
+        Kafka acknowledged) and the cached states they cover."""
+        for _, parts, _ in self.in_flight:
             for part in parts:
                 self.cache.drop(part)
         self.in_flight.clear()
+        if self.sent is not None:
+            for part in self.sent[1]:
+                self.cache.drop(part)
+            self.sent = None
 
     def _consumer(self) -> Any:
         if self.consumer is None:
@@ -253,6 +279,11 @@ class Worker:
 
     def produce(self, records: Sequence[OutputRecord]) -> None:
         """Write ``records`` in order and wait until Kafka acknowledged every one."""
+        self.send(records)
+        self.confirm(len(records))
+
+    def send(self, records: Sequence[OutputRecord]) -> None:
+        """Hand ``records`` to the producer, in order (:meth:`confirm` waits for them)."""
         produce, poll = self.producer.produce, self.producer.poll
         for rec in records:
             while True:
@@ -264,11 +295,14 @@ class Worker:
                     break
                 except BufferError:  # the local queue is full: let librdkafka send some
                     poll(0.05)
+
+    def confirm(self, count: int) -> None:
+        """Wait until Kafka acknowledged every record sent (``count`` of them, for the error)."""
         left = self.producer.flush(120)
         if left or self.errors:
             errors, self.errors = self.errors[:5], []
             raise ProduceError(
-                f"Kafka did not acknowledge {left} of {len(records)} records"
+                f"Kafka did not acknowledge {left} of {count} records"
                 + (f" ({'; '.join(errors)})" if errors else "")
                 + f" within 120 s: is {self.cfg.kafka.bootstrap_servers} reachable? The batch "
                 "is retried and rewrites the same records")
@@ -303,8 +337,11 @@ def process_slices(worker: Worker, topic: str,
     :func:`process_slice` does, then every record written to Kafka at once, then every state
     row (one wait for Kafka and one for Cassandra, whatever the number of partitions).
 
-    ``wait=False``: return once the state rows are on their way (the next slices are decided
-    from the worker's cache meanwhile); :meth:`Worker.settle` waits for them."""
+    ``wait=False``: return once the records are handed to the producer. Their state rows are
+    written once Kafka acknowledged them, which the next call (or :meth:`Worker.finish_sent`)
+    waits for after deciding its own slices: deciding overlaps Kafka's round trip and
+    Cassandra's. :meth:`Worker.settle` waits for the rows. A slice that needs an aggregate
+    whose row is not written yet (and no longer cached) waits for it before reading."""
     stats = SliceStats()
     slices = {p: sl for p, sl in slices.items() if sl[0]}
     if not slices:
@@ -321,6 +358,9 @@ def process_slices(worker: Worker, topic: str,
         t0 = time.perf_counter()
         wanted = {k[1] for g in grouped for k in g.groups
                   if k[1] is not None and k[0] is not None and k not in g.cache}
+        if wanted and worker.unwritten(wanted):  # the table may hold an older row of one
+            worker.finish_sent()
+            worker.settle()
         stored = worker.table.read(worker.generation, sorted(wanted)) if wanted else {}
         stats.state_reads += len(wanted)
         stats.read_s += time.perf_counter() - t0
@@ -352,21 +392,27 @@ def _write(worker: Worker, pending: list[_Pending], stats: SliceStats, wait: boo
     step = worker.step
     _count(stats, out, step.topics.events, step.topics.results, step.topics.dead_letters)
     parts = [p.part for p in pending]
+    ids = {r.aggregate_id for r in rows}
+    t2 = time.perf_counter()
+    worker.finish_sent()  # the previous slices' records: acknowledged by now, mostly
+    t3 = time.perf_counter()
+    stats.write_s += t3 - t2
     try:
-        t2 = time.perf_counter()
-        worker.produce(out)
-        t3 = time.perf_counter()
-        stats.produce_s += t3 - t2
-        writing = worker.table.start_writing(worker.generation, rows)
+        worker.send(out)
     except Exception:
         for part in parts:
             worker.cache.drop(part)
         raise
     for p in pending:
         worker.cache.put(p.part, p.next_offset, p.cache)
-    worker.in_flight.append((writing, parts))
-    worker.settle(MAX_WRITES_IN_FLIGHT if not wait else 0)
-    stats.write_s += time.perf_counter() - t3
+    worker.sent = (rows, parts, ids, len(out))
+    t4 = time.perf_counter()
+    stats.produce_s += t4 - t3
+    if wait:
+        worker.finish_sent()
+        worker.settle()
+        t5 = time.perf_counter()
+        stats.write_s += t5 - t4  # the wait for Kafka's acknowledgements, then for the rows
 
 
 @attrs.define
@@ -531,6 +577,10 @@ def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
                                          wait=False))
                 for p, messages in got.items():
                     nxt[p] = messages[-1][3] + 1
+            else:  # nothing came: write what the last slices decided meanwhile
+                w0 = time.perf_counter()
+                worker.finish_sent()
+                stats.write_s += time.perf_counter() - w0
             for p in list(waiting):
                 if nxt[p] >= ends[p] or worker._position(topic, p) >= ends[p]:
                     waiting.discard(p)  # a gap at its end (e.g. a transaction marker) too
@@ -543,6 +593,7 @@ def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
                     f"{ {p: ends[p] for p in waiting} } within {timeout_s:.0f} s: is Kafka at "
                     f"{worker.cfg.kafka.bootstrap_servers} reachable and the topic intact?")
         w0 = time.perf_counter()
+        worker.finish_sent()
         worker.settle()
         stats.write_s += time.perf_counter() - w0
     except BaseException:

@@ -144,3 +144,23 @@ def test_a_table_of_the_earlier_layout_is_refused_with_what_to_do(fx: Fixture) -
         old.ensure(1)
     with pytest.raises(StateTableError, match="bucket"):
         StateTable(table.cassandra, table.app_name, buckets=0)
+
+
+def test_a_slice_never_reads_a_row_its_worker_has_not_written_yet(fx: Fixture) -> None:
+    """Slices decided back to back (a serving task) leave their rows unwritten until Kafka has
+    their records: an aggregate dropped from the cache meanwhile is read only once its row is
+    written, never as the older row (or none) the table still holds."""
+    from cqrs.processor.partition import process_slices
+
+    fx.worker.cache.capacity = 1  # acc-1 does not stay cached
+    opened = fx.slice(("acc-1", OpenAccount("ann")), ("acc-2", OpenAccount("bob")))
+    process_slices(fx.worker, fx.topics.commands, {0: (opened, None)}, wait=False)
+    assert fx.worker.sent is not None  # records sent, rows not written
+    deposit = fx.slice(("acc-1", Deposit(5)))
+    second = process_slices(fx.worker, fx.topics.commands, {0: (deposit, None)}, wait=False)
+    assert (second.cache_hits, second.state_reads, second.accepted) == (0, 1, 1)
+    fx.worker.finish_sent()
+    fx.worker.settle()
+    assert _balance(fx, "acc-1") == (2, 5)
+    events = read_to_end(fx.cfg, [fx.topics.events])
+    assert sorted(int(dict(e.headers)["cqrs.version"]) for e in events if e.key == b"acc-1") == [1, 2]
