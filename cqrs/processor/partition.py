@@ -277,11 +277,6 @@ class Worker:
         if err is not None:
             self.errors.append(str(err))
 
-    def produce(self, records: Sequence[OutputRecord]) -> None:
-        """Write ``records`` in order and wait until Kafka acknowledged every one."""
-        self.send(records)
-        self.confirm(len(records))
-
     def send(self, records: Sequence[OutputRecord]) -> None:
         """Hand ``records`` to the producer, in order (:meth:`confirm` waits for them)."""
         produce, poll = self.producer.produce, self.producer.poll
