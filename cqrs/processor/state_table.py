@@ -42,8 +42,8 @@ from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 from cqrs.topics import AppTopics
 
-__all__ = ["Position", "StateTable", "StateTableError", "StoredAggregate", "bucket_of",
-           "open_state_table", "state_table_name"]
+__all__ = ["Position", "StateTable", "StateTableError", "StoredAggregate", "open_state_table",
+           "state_bucket", "state_table_name"]
 
 _UNSAFE = re.compile(r"[^a-z0-9_]")
 _COLUMNS = ("aggregate_id", "aggregate_type", "version", "deleted", "record", "source_partition",
@@ -81,7 +81,7 @@ class Position:
     writer: str
 
 
-def bucket_of(aggregate_id: str, buckets: int) -> int:
+def state_bucket(aggregate_id: str, buckets: int) -> int:
     """The bucket (Cassandra partition) of an aggregate's rows in a table of ``buckets``."""
     return zlib.crc32(aggregate_id.encode("utf-8")) % buckets
 
@@ -194,10 +194,9 @@ class StateTable:
 
     def _by_bucket(self, generation: int, aggregate_ids: Sequence[str]) -> dict[int, list[int]]:
         buckets = self.buckets_of(generation)
-        crc = zlib.crc32
         out: dict[int, list[int]] = {}
         for i, agg_id in enumerate(aggregate_ids):
-            out.setdefault(crc(agg_id.encode("utf-8")) % buckets, []).append(i)
+            out.setdefault(state_bucket(agg_id, buckets), []).append(i)
         return out
 
     def read(self, generation: int, aggregate_ids: Sequence[str]) -> dict[tuple[str, str], StoredAggregate]:
@@ -227,7 +226,7 @@ class StateTable:
         """The rows of one aggregate id (one per aggregate type that has it)."""
         stmt = self.cassandra.prepare(self._select(generation) +
                                       " WHERE bucket = ? AND aggregate_id = ?")
-        bucket = bucket_of(aggregate_id, self.buckets_of(generation))
+        bucket = state_bucket(aggregate_id, self.buckets_of(generation))
         return [self._row(r) for r in self.cassandra.execute(stmt, (bucket, aggregate_id))]
 
     def scan(self, generation: int) -> Iterator[StoredAggregate]:

@@ -111,7 +111,7 @@ def test_large_rows_are_written_in_batches_cassandra_accepts(fx: Fixture) -> Non
 def test_a_generation_keeps_the_bucket_count_it_was_made_with(fx: Fixture) -> None:
     """Rows are spread over the generation's buckets; a table opened with another
     ``state_buckets`` (a changed setting) still finds them, by the count recorded at creation."""
-    from cqrs.processor.state_table import StateTable, bucket_of, state_table_name
+    from cqrs.processor.state_table import StateTable, state_bucket, state_table_name
 
     table = fx.worker.table
     generation = fx.worker.generation
@@ -119,7 +119,7 @@ def test_a_generation_keeps_the_bucket_count_it_was_made_with(fx: Fixture) -> No
     rows = [StoredAggregate(f"b-{i}", "example.bank.Account", 1, False, b"x", 0, i, 1)
             for i in range(300)]
     table.write(generation, rows)
-    assert len({bucket_of(r.aggregate_id, made_with) for r in rows}) > 1
+    assert len({state_bucket(r.aggregate_id, made_with) for r in rows}) > 1
     other = StateTable(table.cassandra, table.app_name, buckets=made_with * 2 + 1)
     other.ensure(generation)  # exists: keeps its count
     assert other.buckets_of(generation) == made_with
