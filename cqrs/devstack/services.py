@@ -209,8 +209,13 @@ def _kafka_properties(cfg: CqrsConfig, node: KafkaNode) -> Path:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id (what ``kafka-storage random-uuid`` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id (what ``kafka-storage random-uuid`` prints). Like Kafka's own
+    ``Uuid.randomUuid``, it never starts with ``-``: the storage tool would read such an id
+    as an option (one id in 64 did, and formatting failed with "expected one argument")."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def format_kafka_storage(cfg: CqrsConfig, node: KafkaNode | None = None,

@@ -90,3 +90,11 @@ def test_stale_pid_file_of_a_reused_pid_is_ignored(tmp_path: Path) -> None:
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_new_kraft_cluster_id_is_never_read_as_an_option() -> None:
+    from cqrs.devstack.services import new_cluster_id
+
+    ids = [new_cluster_id() for _ in range(5000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+    assert len(set(ids)) == len(ids)
