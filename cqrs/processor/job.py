@@ -91,7 +91,10 @@ def worker_for(cfg: CqrsConfig, opts: ProcessorOptions, with_io: bool = True) ->
             generation = opts.state_generation or 0
             worker = Worker(cfg, step, table, generation, None)  # type: ignore[arg-type]
             if with_io:
-                worker.producer = make_producer(cfg, **{"linger.ms": 2, "on_delivery": worker.on_delivery})
+                # only failed deliveries call back: a report per record cost a Python call and
+                # a message object each, two per command
+                worker.producer = make_producer(cfg, **{"linger.ms": 2, "on_delivery": worker.on_delivery,
+                                                        "delivery.report.only.error": True})
             _WORKERS[cache_key] = worker
         return worker
 
