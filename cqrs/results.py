@@ -25,10 +25,12 @@ __all__ = [
     "REJECTED",
     "AggregateRecord",
     "CommandResult",
+    "ResultHead",
     "ConversationOutcome",
     "SeenCommand",
     "expand_seen",
     "kept_indices",
+    "result_head",
     "seen_command",
 ]
 
@@ -62,6 +64,32 @@ class CommandResult:
     @property
     def accepted(self) -> bool:
         return self.status == ACCEPTED
+
+
+@attrs.frozen
+class ResultHead:
+    """What readers of the results topic group or count by: a result record's first fields."""
+
+    command_id: str
+    status: str
+    aggregate_type: str
+    aggregate_id: str
+
+
+def result_head(value: bytes | None) -> ResultHead | None:
+    """The command id, status and aggregate of a result record's value (a single-object
+    :class:`CommandResult`, whose schema starts with these four strings), without decoding the
+    rest; None when the value is not one. A result record has no headers (see
+    docs/wire-format.md): counting by status or grouping by aggregate reads this."""
+    from cqrs.codec.binary import Mismatch, leading_strings
+    from cqrs.codec.single_object import HEADER_SIZE, MAGIC
+
+    if not value or value[:2] != MAGIC:
+        return None
+    try:
+        return ResultHead(*leading_strings(value, HEADER_SIZE, 4))
+    except (Mismatch, IndexError, UnicodeDecodeError):
+        return None
 
 
 @attrs.frozen

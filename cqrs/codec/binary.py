@@ -44,7 +44,8 @@ from cqrs.codec.schema import canonical_json
 from cqrs.codec.types import Node, fields_of
 from cqrs.codec.values import EPOCH
 
-__all__ = ["Mismatch", "Reader", "Writer", "avro_reader", "record_reader", "record_writer"]
+__all__ = ["Mismatch", "Reader", "Writer", "avro_reader", "leading_strings", "record_reader",
+           "record_writer"]
 
 Writer = Callable[[Any], bytes]
 Reader = Callable[[bytes, int], Any]
@@ -180,6 +181,20 @@ def _rspan(d: bytes, p: int) -> tuple[int, int]:
     if n < 0:
         raise Mismatch
     return p, p + n
+
+
+def leading_strings(data: bytes, start: int, count: int) -> list[str]:
+    """The ``count`` Avro strings that ``data`` holds from ``start`` on: the first fields of a
+    record whose schema begins with them, read without decoding the rest. Raises
+    :class:`Mismatch` (or ``IndexError``, ``UnicodeDecodeError``) on bytes that are not that."""
+    out: list[str] = []
+    p = start
+    for _ in range(count):
+        begin, p = _rspan(data, p)
+        if p > len(data):
+            raise Mismatch
+        out.append(data[begin:p].decode("utf-8"))
+    return out
 
 
 # ---- timestamps ------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Figures read from Kafka for the status board: topic ends (for lag), events appended, dead
-letters waiting, and command results by status (the ``cqrs.status`` header of each record of
-the results topic, so nothing is decoded). Plus :class:`Poller`, the thread that runs every
+letters waiting, and command results by status (read from the start of each result record's
+value, see :func:`cqrs.results.result_head`, so nothing else is decoded). Plus :class:`Poller`, the thread that runs every
 probe of a board periodically.
 """
 
@@ -14,6 +14,7 @@ from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 from cqrs.kafka_io import OffsetReader, make_consumer, take
 from cqrs.ops.board import StatusBoard
+from cqrs.results import result_head
 from cqrs.topics import AppTopics
 
 __all__ = ["KafkaProbe", "Poller", "Probe"]
@@ -104,10 +105,9 @@ class KafkaProbe:
             for m in messages:
                 if m.error():
                     continue
-                status = dict(m.headers() or []).get("cqrs.status")
-                if status:
-                    key = status.decode()
-                    counts[key] = counts.get(key, 0) + 1
+                head = result_head(m.value())
+                if head is not None:
+                    counts[head.status] = counts.get(head.status, 0) + 1
             if len(messages) < 5000:
                 break
         if counts:

@@ -42,7 +42,7 @@ from cqrs.envelope import CONTENT_TYPE, MAX_AGGREGATE_ID_BYTES, Envelope, read_c
 from cqrs.errors import CqrsError
 from cqrs.processor.state_table import Position, StateTable, StoredAggregate
 from cqrs.processor.step import (
-    RESULT_STATUS_HEADER, UNDECODED, AggregateStep, InputRecord, OutputRecord,
+    UNDECODED, AggregateStep, InputRecord, OutputRecord,
 )
 from cqrs.results import AggregateRecord
 
@@ -283,10 +283,15 @@ class Worker:
         for rec in records:
             while True:
                 try:
-                    if rec.partition is None:
-                        produce(rec.topic, rec.value, rec.key, headers=rec.headers)
+                    if rec.headers:
+                        if rec.partition is None:
+                            produce(rec.topic, rec.value, rec.key, headers=rec.headers)
+                        else:
+                            produce(rec.topic, rec.value, rec.key, rec.partition, headers=rec.headers)
+                    elif rec.partition is None:  # a result record
+                        produce(rec.topic, rec.value, rec.key)
                     else:
-                        produce(rec.topic, rec.value, rec.key, rec.partition, headers=rec.headers)
+                        produce(rec.topic, rec.value, rec.key, rec.partition)
                     break
                 except BufferError:  # the local queue is full: let librdkafka send some
                     poll(0.05)
@@ -308,10 +313,9 @@ def _count(stats: SliceStats, out: Sequence[OutputRecord], events: str, results:
     by_topic = collections.Counter(r.topic for r in out)
     stats.events, stats.dead_letters = by_topic[events], by_topic[dead_letters]
     if by_topic[results]:
-        statuses = collections.Counter(r.headers[RESULT_STATUS_HEADER][1] for r in out
-                                       if r.topic == results)
+        statuses = collections.Counter(r.status for r in out if r.topic == results)
         stats.accepted, stats.rejected, stats.failed = (
-            statuses[b"accepted"], statuses[b"rejected"], statuses[b"failed"])
+            statuses["accepted"], statuses["rejected"], statuses["failed"])
 
 
 Message = tuple[bytes | None, bytes | None, Any, int]

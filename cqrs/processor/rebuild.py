@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -43,7 +43,7 @@ from cqrs.processor.job import (
     start_processor,
 )
 from cqrs.kafka_io import watermarks
-from cqrs.results import FAILED, AggregateRecord, SeenCommand, seen_command
+from cqrs.results import FAILED, AggregateRecord, SeenCommand, result_head, seen_command
 from cqrs.topics import AppTopics, topics_for
 
 if TYPE_CHECKING:
@@ -246,20 +246,39 @@ def _topic_rows(spark: SparkSession, cfg: CqrsConfig, topic: str,
           .option("includeHeaders", "true")
           .option("failOnDataLoss", "true")
           .load())
-    if kind == EVENT:
-        aggregate_id = F.col("key").cast("string")
-        version = F.expr(header_expr("cqrs.version")).cast("string").cast("long")
-    else:
-        aggregate_id = F.expr(header_expr("cqrs.aggregate_id")).cast("string")
-        version = F.lit(-1).cast("long")
+    if kind == RESULT:  # a result record has no headers: its value starts with what is needed
+        heads = df.select("value", "partition", "offset").mapInArrow(_result_heads, _HEADS_SCHEMA)
+        return heads.select(F.lit(kind).alias("kind"), "aggregate_type", "aggregate_id",
+                            F.lit(-1).cast("long").alias("version"), "value", "partition",
+                            "offset", "command_id")
+    version = F.expr(header_expr("cqrs.version")).cast("string").cast("long")
     return df.select(
         F.lit(kind).alias("kind"),
         F.expr(header_expr("cqrs.aggregate_type")).cast("string").alias("aggregate_type"),
-        aggregate_id.alias("aggregate_id"),
+        F.col("key").cast("string").alias("aggregate_id"),
         F.coalesce(version, F.lit(-1).cast("long")).alias("version"),
         "value", "partition", "offset",
         F.expr(header_expr("cqrs.command_id")).cast("string").alias("command_id"),
     )
+
+
+_HEADS_SCHEMA = ("aggregate_type string, aggregate_id string, command_id string, value binary, "
+                 "partition int, offset long")
+
+
+def _result_heads(batches: Iterator[Any]) -> Iterator[Any]:
+    """Result records -> their aggregate and command id (see :func:`result_head`); a value
+    that is not a result gets nulls, and the fold leaves it out."""
+    import pyarrow as pa
+
+    for batch in batches:
+        heads = [result_head(v) for v in batch.column("value").to_pylist()]
+        yield pa.RecordBatch.from_arrays([
+            pa.array([h.aggregate_type if h else None for h in heads], pa.string()),
+            pa.array([h.aggregate_id if h else None for h in heads], pa.string()),
+            pa.array([h.command_id if h else None for h in heads], pa.string()),
+            batch.column("value"), batch.column("partition"), batch.column("offset"),
+        ], names=["aggregate_type", "aggregate_id", "command_id", "value", "partition", "offset"])
 
 
 def fold_aggregates(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,

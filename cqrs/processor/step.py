@@ -29,7 +29,7 @@ from cqrs.app import App
 from cqrs.codec.registry import Codec
 from cqrs.domain.decision import Accepted, CommandInput, Failed, RejectedOutcome, decide
 from cqrs.domain.process import DERIVED_PREFIX, parse_derived_id
-from cqrs.envelope import CONTENT_TYPE, Envelope, Headers, event_to_kafka, from_kafka
+from cqrs.envelope import Envelope, Headers, event_to_kafka, from_kafka
 from cqrs.errors import CqrsError
 from cqrs.results import (
     ACCEPTED, FAILED, REJECTED, AggregateRecord, CommandResult, SeenCommand, expand_seen,
@@ -38,12 +38,9 @@ from cqrs.results import (
 from cqrs.retries import ATTEMPT_HEADER
 from cqrs.topics import AppTopics
 
-__all__ = ["RESULT_STATUS_HEADER", "UNDECODED", "AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord", "StepResult"]
+__all__ = ["UNDECODED", "AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord", "StepResult"]
 
 DLQ_PREFIX = "cqrs.dlq."
-_CONTENT_TYPE_HEADER = ("content-type", CONTENT_TYPE.encode())
-_STATUS_HEADERS = {s: ("cqrs.status", s.encode()) for s in (ACCEPTED, REJECTED, FAILED)}
-RESULT_STATUS_HEADER = 4  # where a result record's status header is (see _result_record)
 
 
 @attrs.frozen
@@ -90,6 +87,7 @@ class OutputRecord:
     value: bytes | None
     headers: list[tuple[str, bytes]]
     partition: int | None = None
+    status: str | None = None  # a result record's status (its value holds it too), for the counts
 
 
 @attrs.frozen
@@ -229,8 +227,6 @@ class AggregateStep:
         deleted = current.deleted
         agg_state = decoded
         if pending:
-            aggregate_headers = (("cqrs.aggregate_type", aggregate_type.encode()),
-                                 ("cqrs.aggregate_id", aggregate_id.encode()))
             if agg_state is UNDECODED:
                 agg_state = None if snapshot is None else self.codec.decode(snapshot)
             decision = decide(entry, aggregate_id, agg_state, version, [
@@ -262,7 +258,7 @@ class AggregateStep:
                     streams_changed = True
                 result = self._result(p, aggregate_type, aggregate_id, outcome)
                 result_bytes = self.codec.encode(result)
-                out.append(self._result_record(result, result_bytes, p.envelope, aggregate_headers))
+                out.append(self._result_record(result, result_bytes, p.envelope))
                 new_seen.append(seen_command(result, result_bytes))
             if decision.version != version:
                 version = decision.version
@@ -319,24 +315,12 @@ class AggregateStep:
         return wanted
 
     def _result_record(self, result: CommandResult, value: bytes,
-                       envelope: Envelope | None = None,
-                       aggregate: tuple[tuple[str, bytes], tuple[str, bytes]] | None = None,
-                       ) -> OutputRecord:
-        """The result's record; ``aggregate``: its aggregate type and id headers, when the
-        caller built them once for all of an aggregate's results."""
-        command_id = result.command_id.encode()
-        type_header, id_header = aggregate or (
-            ("cqrs.aggregate_type", result.aggregate_type.encode()),
-            ("cqrs.aggregate_id", result.aggregate_id.encode()))
-        headers = [
-            _CONTENT_TYPE_HEADER,
-            ("cqrs.command_id", command_id),
-            type_header,
-            id_header,
-            _STATUS_HEADERS.get(result.status) or ("cqrs.status", result.status.encode()),
-        ]
-        return OutputRecord(self.topics.results, command_id, value, headers,
-                            self._reply_partition(envelope))
+                       envelope: Envelope | None = None) -> OutputRecord:
+        """The result's record: key = command id, value = the CommandResult, no headers (see
+        docs/wire-format.md). Its readers decode the value; a header costs the producer ~0.2
+        us and the broker ~0.3 us each, per record."""
+        return OutputRecord(self.topics.results, result.command_id.encode(), value, [],
+                            self._reply_partition(envelope), result.status)
 
     def _unreadable(
         self, rec: InputRecord, stage: str, exc: Exception, env: Envelope | None = None

@@ -276,3 +276,21 @@ def test_wrong_values_raise_the_generic_error_on_decode(value: Any, data: st.Dat
                 outcome(record_from_avro, cls, bad, where),
                 outcome(record_from_avro_generic, cls, bad, where),
             )
+
+
+@given(instances(CommandResult))
+def test_a_result_head_is_the_first_fields_of_the_decoded_result(result: CommandResult) -> None:
+    from cqrs.results import result_head
+
+    head = result_head(CODEC.encode(result))
+    assert head is not None
+    assert (head.command_id, head.status, head.aggregate_type, head.aggregate_id) == (
+        result.command_id, result.status, result.aggregate_type, result.aggregate_id)
+
+
+@given(st.binary(max_size=40))
+def test_a_result_head_of_other_bytes_is_none_or_four_strings(value: bytes) -> None:
+    from cqrs.results import result_head
+
+    head = result_head(value)
+    assert head is None or all(isinstance(x, str) for x in attrs.astuple(head))
