@@ -205,15 +205,18 @@ class AggregateRecord:
         trimmed by :func:`kept_indices` (without unpacking the remembered results)."""
         if any("\0" in s.command_id for s in new):
             raise ValueError("a command id contains a NUL character")
-        times = _unpack("q", self.seen_times) + [s.timestamp_ms for s in new]
+        new_times = [s.timestamp_ms for s in new]
+        times = _unpack("q", self.seen_times) + new_times
         if new and len(times) <= max_count and min(times) >= max(times) - window_ms:
             # the common case, once per aggregate per batch: nothing falls out of the memory,
-            # so the new commands are appended to the packed fields as they are
+            # so the new commands are appended to the packed fields as they are (packing all
+            # of a full memory's times again cost ~20 us)
             new_ids = "\0".join(s.command_id for s in new)
             return AggregateRecord(
                 version, deleted, snapshot,
                 f"{self.seen_ids}\0{new_ids}" if self.seen_ids else new_ids,
-                _pack("q", times), self.seen_sizes + _pack("I", [len(s.result) for s in new]),
+                self.seen_times + _pack("q", new_times),
+                self.seen_sizes + _pack("I", [len(s.result) for s in new]),
                 self.seen_results + b"".join(s.result for s in new),
                 self.streams, self.stream_marks, self.retrying)
         return self._remember_trimmed(version, deleted, snapshot, new, window_ms, max_count)
