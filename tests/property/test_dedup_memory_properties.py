@@ -19,3 +19,18 @@ def test_remember_equals_the_full_trim(old: list[SeenCommand], new: list[SeenCom
     record = AggregateRecord.of(3, False, b"s", old)
     fast = record.remember(4, False, b"t", new, window_ms, max_count)
     assert fast == record._remember_trimmed(4, False, b"t", new, window_ms, max_count)  # noqa: SLF001
+
+
+many_seen = st.lists(
+    st.builds(SeenCommand, st.text(st.characters(blacklist_characters="\0"), min_size=1, max_size=4),
+              st.integers(-2**40, 2**40), st.binary(max_size=3)),
+    min_size=60, max_size=150)
+
+
+@given(many_seen, seen_commands, st.integers(0, 2**41), st.integers(0, 170))
+def test_a_long_memory_is_remembered_as_the_full_trim_does(
+        old: list[SeenCommand], new: list[SeenCommand], window_ms: int, max_count: int) -> None:
+    """Memories of 64 commands and more find their times' bounds another way (numpy)."""
+    record = AggregateRecord.of(3, False, b"s", old)
+    fast = record.remember(4, False, b"t", new, window_ms, max_count)
+    assert fast == record._remember_trimmed(4, False, b"t", new, window_ms, max_count)  # noqa: SLF001
