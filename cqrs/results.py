@@ -15,6 +15,8 @@ from typing import Final
 
 import attrs
 
+from cqrs.codec.binary import Mismatch, leading_strings
+from cqrs.codec.single_object import HEADER_SIZE, MAGIC
 from cqrs.domain._names import TYPE_ATTR
 from cqrs.domain.decision import event_id_for
 
@@ -81,9 +83,6 @@ def result_head(value: bytes | None) -> ResultHead | None:
     :class:`CommandResult`, whose schema starts with these four strings), without decoding the
     rest; None when the value is not one. A result record has no headers (see
     docs/wire-format.md): counting by status or grouping by aggregate reads this."""
-    from cqrs.codec.binary import Mismatch, leading_strings
-    from cqrs.codec.single_object import HEADER_SIZE, MAGIC
-
     if not value or value[:2] != MAGIC:
         return None
     try:

@@ -1,7 +1,7 @@
 """Figures read from Kafka for the status board: topic ends (for lag), events appended, dead
 letters waiting, and command results by status (read from the start of each result record's
-value, see :func:`cqrs.results.result_head`, so nothing else is decoded). Plus :class:`Poller`, the thread that runs every
-probe of a board periodically.
+value, see :func:`cqrs.results.result_head`, so nothing else is decoded). Plus
+:class:`Poller`, the thread that runs every probe of a board periodically.
 """
 
 from __future__ import annotations

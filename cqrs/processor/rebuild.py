@@ -243,7 +243,7 @@ def _topic_rows(spark: SparkSession, cfg: CqrsConfig, topic: str,
           .option("subscribe", topic)
           .option("startingOffsets", _range_json(topic, marks, 0))
           .option("endingOffsets", _range_json(topic, marks, 1))
-          .option("includeHeaders", "true")
+          .option("includeHeaders", str(kind == EVENT).lower())  # results are read by value
           .option("failOnDataLoss", "true")
           .load())
     if kind == RESULT:  # a result record has no headers: its value starts with what is needed
