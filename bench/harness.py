@@ -7,6 +7,7 @@ Not a test and not part of the framework: imported by the bench scripts only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
@@ -22,11 +23,12 @@ from cqrs.client import encode_command
 from cqrs.envelope import read_command
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import make_consumer, make_producer, take
-from cqrs.topics import AppTopics, ensure_topics, topics_for
+from cqrs.processor.state_table import open_state_table
+from cqrs.topics import AppTopics, delete_topics, ensure_topics, list_topics, topics_for
 
 __all__ = [
     "Encoded", "ResultWatcher", "announce", "command_id_header", "encode_all", "fresh_topics",
-    "latency_summary", "produce", "timeout_for",
+    "latency_summary", "produce", "remove_fresh", "timeout_for",
 ]
 
 COMMAND_ID_HEADER = "cqrs.command_id"
@@ -56,7 +58,28 @@ def fresh_topics(cfg: CqrsConfig, app_name: str, label: str) -> AppTopics:
     prefix = f"bench-{label}-{uuid.uuid4().hex[:8]}-"
     topics = topics_for(app_name, prefix)
     ensure_topics(cfg, topics)
+    _FRESH.append((topics, prefix))
     return topics
+
+
+_FRESH: list[tuple[AppTopics, str]] = []
+
+
+def remove_fresh(cfg: CqrsConfig) -> None:
+    """Delete the topics and aggregate-state tables of every :func:`fresh_topics` of this run;
+    a bench calls this on its way out. Left behind, they pile up on the dev stack (a broker
+    holding ~20,000 partitions from old runs ran out of file handles)."""
+    while _FRESH:
+        topics, prefix = _FRESH.pop()
+        with contextlib.suppress(Exception):
+            delete_topics(cfg, list_topics(cfg, prefix))
+        with contextlib.suppress(Exception):
+            table = open_state_table(cfg, topics)
+            try:
+                for generation in range((table.current_generation() or 0) + 1):
+                    table.drop(generation)
+            finally:
+                table.close()
 
 
 def timeout_for(count: int, floor_s: float = 900.0, per_s: float = 200.0) -> float:

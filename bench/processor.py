@@ -67,7 +67,7 @@ from cqrs.topics import AppTopics  # noqa: E402
 
 from floor import floor_latency, floor_name, floor_throughput  # noqa: E402
 from harness import (  # noqa: E402
-    Encoded, ResultWatcher, announce, encode_all, fresh_topics, latency_summary,
+    Encoded, ResultWatcher, announce, encode_all, fresh_topics, latency_summary, remove_fresh,
     produce, timeout_for,
 )
 from kstreams import DEFAULT_DIR as KSTREAMS_DIR  # noqa: E402
@@ -357,7 +357,10 @@ def main(argv: list[str] | None = None) -> None:
           f"{' (framework modified)' if meta['code']['framework_modified'] else ''}", flush=True)
     rows: list[Row] = []
     if (args.ours or args.floor) and not (args.no_throughput and args.no_latency):
-        spark_rows(cfg, args, rows)
+        try:
+            spark_rows(cfg, args, rows)
+        finally:
+            remove_fresh(cfg)
     if args.peers and not args.no_throughput:
         peer_rows(rows, args.peer_aggregates, args.commands, args.peer_snapshot_interval)
     if args.with_kstreams:

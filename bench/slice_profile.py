@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import encode_all, fresh_topics, produce  # noqa: E402
+from harness import encode_all, fresh_topics, produce, remove_fresh  # noqa: E402
 
-from cqrs.config import load_config  # noqa: E402
+from cqrs.config import CqrsConfig, load_config  # noqa: E402
 from cqrs.processor.job import ProcessorOptions, publish_app_schemas, worker_for  # noqa: E402
 from cqrs.processor.partition import SliceStats, run_task  # noqa: E402
 from cqrs.processor.state_table import open_state_table  # noqa: E402
@@ -43,6 +43,13 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     cfg = load_config()
+    try:
+        profile_slices(cfg, args)
+    finally:
+        remove_fresh(cfg)
+
+
+def profile_slices(cfg: CqrsConfig, args: argparse.Namespace) -> None:
     topics = fresh_topics(cfg, app.name, "sliceprof")
     publish_app_schemas(cfg, topics, app)
     table = open_state_table(cfg, topics)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import attrs
 
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 
-__all__ = ["SCHEMAS_TOPIC", "AppTopics", "InvalidTopicNameError", "ensure_topics", "topic_settings",
-           "topics_for", "wait_until_readable"]
+__all__ = ["SCHEMAS_TOPIC", "AppTopics", "InvalidTopicNameError", "delete_topics", "ensure_topics",
+           "list_topics", "topic_settings", "topics_for", "wait_until_readable"]
 
 SCHEMAS_TOPIC = "_cqrs_schemas"
 
@@ -123,6 +124,45 @@ def ensure_topics(cfg: CqrsConfig, topics: AppTopics, partitions: int | None = N
                 raise CqrsError(f"cannot create topic {name!r}: {exc}") from exc
     wait_until_readable(cfg, created)
     return created
+
+
+def list_topics(cfg: CqrsConfig, prefix: str = "") -> set[str]:
+    """The names of the cluster's topics that start with ``prefix``."""
+    from confluent_kafka import KafkaException
+
+    from cqrs.kafka_io import make_admin
+
+    try:
+        names = make_admin(cfg).list_topics(timeout=30).topics
+    except KafkaException as exc:
+        raise CqrsError(
+            f"cannot reach Kafka at {cfg.kafka.bootstrap_servers} to list topics: {exc}; "
+            "is it running (`cqrs dev status`)?"
+        ) from exc
+    return {name for name in names if name.startswith(prefix)}
+
+
+def delete_topics(cfg: CqrsConfig, names: Iterable[str], timeout_s: float = 60.0) -> list[str]:
+    """Delete the topics ``names`` (those already gone count as deleted); returns the names
+    that could not be deleted, with nothing raised: clean-up code calls this on its way out.
+
+    Throwaway topics must go: a broker keeps a file open for every partition it holds, and a
+    dev broker that piled up tens of thousands of partitions from old test and benchmark runs
+    stops with "Too many open files"."""
+    from cqrs.kafka_io import make_admin
+
+    wanted = sorted(set(names))
+    if not wanted:
+        return []
+    admin = make_admin(cfg)  # must outlive its futures
+    left = []
+    for name, future in admin.delete_topics(wanted, operation_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+        except Exception as exc:  # best effort: report, never raise on the way out
+            if "UNKNOWN_TOPIC_OR_PART" not in str(exc):
+                left.append(name)
+    return left
 
 
 def wait_until_readable(cfg: CqrsConfig, names: list[str], timeout_s: float = 30.0) -> None:

@@ -383,14 +383,10 @@ class Demo:
             self.say(f"\nkept: topics {self.cfg.kafka.topic_prefix}*, keyspace "
                      f"{self.cfg.cassandra.keyspace}, checkpoints in {self.workdir}")
             return
-        from cqrs.kafka_io import make_admin
+        from cqrs.topics import delete_topics, list_topics
 
         with contextlib.suppress(Exception):
-            admin = make_admin(self.cfg)
-            mine = [t for t in admin.list_topics(timeout=10).topics
-                    if t.startswith(self.cfg.kafka.topic_prefix)]
-            for future in admin.delete_topics(mine).values():
-                future.result(timeout=30)
+            delete_topics(self.cfg, list_topics(self.cfg, self.cfg.kafka.topic_prefix))
         with contextlib.suppress(Exception):
             from projections.stores import cached_store
 

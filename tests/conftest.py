@@ -7,10 +7,13 @@
   that are already running elsewhere, set ``CQRS_TEST_EXTERNAL=1`` plus the usual
   ``CQRS_KAFKA_BOOTSTRAP`` / ``CQRS_CASSANDRA_HOSTS`` / ``CQRS_CASSANDRA_PORT``.
 - ``CQRS_TEST_KEEP_STACK=1`` leaves a stack this session started running afterwards.
+- Test topics (``t-...``) and keyspaces (``t_...``) that appeared during the session are
+  deleted at its end, so a dev stack that lives across runs does not pile them up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import uuid
@@ -42,7 +45,8 @@ def cqrs_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CqrsConfig
     checkpoints = tmp_path_factory.mktemp("checkpoints")
     cfg = base.with_overrides(spark={"checkpoint_dir": str(checkpoints)})
     if _flag("CQRS_TEST_EXTERNAL"):
-        yield cfg
+        with _throwaway_names_removed(cfg):
+            yield cfg
         return
     from cqrs.devstack import artifacts
     from cqrs.devstack.stack import DevStack
@@ -53,10 +57,71 @@ def cqrs_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CqrsConfig
         artifacts.install(cfg.dev)
     stack.up()
     try:
-        yield cfg
+        with _throwaway_names_removed(cfg):
+            yield cfg
     finally:
         if not _flag("CQRS_TEST_KEEP_STACK") and not already:
             stack.down()
+
+
+TEST_TOPIC_PREFIX = "t-"  # every topic a test makes starts so (unique_names, per-module prefixes)
+TEST_KEYSPACE_PREFIX = "t_"
+
+
+@contextlib.contextmanager
+def _throwaway_names_removed(cfg: CqrsConfig) -> Iterator[None]:
+    """Delete, at the session's end, the test topics, keyspaces and tables that appeared
+    during it.
+
+    Tests name their topics and keyspaces uniquely and many leave them behind; on a dev stack
+    that lives across runs they pile up until the broker runs out of file handles (a broker
+    with ~20,000 leftover partitions stopped with "Too many open files" in the middle of a run).
+    Only names that did not exist when the session began are removed, so run one test session
+    at a time against a stack."""
+    from cqrs.topics import delete_topics, list_topics
+
+    keyspace = cfg.cassandra.keyspace
+    topics_before = list_topics(cfg, TEST_TOPIC_PREFIX)
+    keyspaces_before, tables_before = _schema(cfg)
+    try:
+        yield
+    finally:
+        left = delete_topics(cfg, list_topics(cfg, TEST_TOPIC_PREFIX) - topics_before)
+        if left:
+            print(f"\ncould not delete {len(left)} test topics, e.g. {left[0]}")
+        keyspaces, tables = _schema(cfg)
+        with _cql_session(cfg) as session:
+            for name in sorted(keyspaces - keyspaces_before):
+                if name.startswith(TEST_KEYSPACE_PREFIX):
+                    session.execute(f'DROP KEYSPACE IF EXISTS "{name}"', timeout=60)
+            # tables the tests made in the shared keyspace (state, views, process instances);
+            # the framework's own bookkeeping tables (cqrs_*) stay
+            for table in sorted(tables - tables_before):
+                if not table.startswith("cqrs_"):
+                    session.execute(f'DROP TABLE IF EXISTS "{keyspace}"."{table}"', timeout=60)
+
+
+@contextlib.contextmanager
+def _cql_session(cfg: CqrsConfig) -> Iterator[Any]:
+    """A driver session on the test stack's Cassandra, shut down afterwards."""
+    from cassandra.cluster import Cluster
+
+    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port)
+    try:
+        yield cluster.connect()
+    finally:
+        cluster.shutdown()
+
+
+def _schema(cfg: CqrsConfig) -> tuple[set[str], set[str]]:
+    """The names of the keyspaces, and of the tables in the configured keyspace."""
+    with _cql_session(cfg) as session:
+        keyspaces = {r.keyspace_name for r in
+                     session.execute("SELECT keyspace_name FROM system_schema.keyspaces")}
+        tables = {r.table_name for r in session.execute(
+            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s",
+            (cfg.cassandra.keyspace,))}
+        return keyspaces, tables
 
 
 @pytest.fixture
@@ -80,17 +145,13 @@ def unique_name(unique_names: Callable[[str], str]) -> str:
 @pytest.fixture
 def unique_keyspace(cqrs_config: CqrsConfig, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh Cassandra keyspace for this test, dropped afterwards."""
-    from cassandra.cluster import Cluster
-
-    name = "t_" + uuid.uuid4().hex[:12]
-    cluster = Cluster(cqrs_config.cassandra.contact_points(), port=cqrs_config.cassandra.port)
-    session = cluster.connect()
-    session.execute(f"CREATE KEYSPACE {name} WITH replication = {cqrs_config.cassandra.replication}")
-    try:
-        yield name
-    finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {name}")
-        cluster.shutdown()
+    name = TEST_KEYSPACE_PREFIX + uuid.uuid4().hex[:12]
+    with _cql_session(cqrs_config) as session:
+        session.execute(f"CREATE KEYSPACE {name} WITH replication = {cqrs_config.cassandra.replication}")
+        try:
+            yield name
+        finally:
+            session.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ import attrs
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 from cqrs.kafka_io import make_admin, make_producer, read_to_end
+from cqrs.topics import delete_topics
 
 __all__ = ["SmokeResult", "cassandra_roundtrip", "kafka_roundtrip", "run_all", "spark_kafka_pipeline"]
 
@@ -37,15 +38,6 @@ def _create_topics(cfg: CqrsConfig, *names: str, partitions: int = 2) -> None:
         f.result(timeout=30)
 
 
-def _delete_topics(cfg: CqrsConfig, *names: str) -> None:
-    admin = make_admin(cfg)  # must outlive its futures
-    for f in admin.delete_topics(list(names)).values():
-        try:
-            f.result(timeout=30)
-        except Exception:  # best effort clean-up
-            pass
-
-
 def kafka_roundtrip(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
     """Produce ``n`` keyed records with confluent-kafka and consume them back."""
     topic = f"cqrs-smoke-kafka-{uuid.uuid4().hex[:8]}"
@@ -63,7 +55,7 @@ def kafka_roundtrip(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
             raise CqrsError(f"{topic}: sent {n} records, read back {len(got)} (or different ones)")
         return SmokeResult("kafka produce/consume", n, time.monotonic() - started, topic)
     finally:
-        _delete_topics(cfg, topic)
+        delete_topics(cfg, [topic])
 
 
 def spark_kafka_pipeline(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
@@ -96,7 +88,7 @@ def spark_kafka_pipeline(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
             raise CqrsError(f"spark pipeline {src} -> {dst}: expected {n} upper-cased records, got {len(got)}")
         return SmokeResult("spark kafka source -> kafka sink", n, time.monotonic() - started, f"{src} -> {dst}")
     finally:
-        _delete_topics(cfg, src, dst)
+        delete_topics(cfg, [src, dst])
 
 
 def cassandra_roundtrip(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
