@@ -6,6 +6,15 @@ An **event** record is::
     value   = the payload, Avro single-object encoded
     headers = the envelope fields, UTF-8 text (ints in decimal, timestamps ISO-8601 UTC)
 
+An event's headers are only those that cannot be derived: ``cqrs.message_type``,
+``cqrs.aggregate_type``, ``cqrs.timestamp``, ``cqrs.version`` and ``cqrs.command_id``, plus
+``cqrs.correlation_id`` when it is not the command id. A record with a ``cqrs.version`` header
+and no ``cqrs.kind`` is an event; its id is :func:`~cqrs.domain.decision.event_id_for` its
+aggregate and version, its causation its command id, its correlation its command id unless given
+(a header, when present, wins: events written with all ten headers read the same). Every header
+costs the producer ~0.2 µs and the broker ~0.3 µs per record (the broker parses headers when it
+validates a batch), and the processor writes one event per accepted command.
+
 A **command** record carries its envelope in the value instead, as one Avro record
 (:class:`CommandRecord`, single-object encoded, the payload's bytes inside), and no headers:
 only the processor reads commands, and a Python consumer pays ~1.5 us per header per record
@@ -31,7 +40,7 @@ from cqrs.codec.binary import record_reader, record_writer
 from cqrs.codec.schema import schema_for
 from cqrs.codec.single_object import MAGIC, fingerprint
 from cqrs.domain._names import TYPE_ATTR
-from cqrs.domain.decision import NewEvent
+from cqrs.domain.decision import NewEvent, event_id_for
 from cqrs.domain.messages import type_name
 from cqrs.errors import MalformedHeaderError, MissingHeaderError
 
@@ -61,6 +70,7 @@ MAX_AGGREGATE_ID_BYTES: Final = 65_535
 aggregate-state table and the read models key by."""
 
 _REQUIRED: Final = ("message_id", "message_type", "kind", "aggregate_type", "timestamp")
+_EVENT_REQUIRED: Final = ("message_type", "aggregate_type", "timestamp")  # and a version
 _OPTIONAL_STR: Final = ("command_id", "correlation_id", "causation_id")
 _OPTIONAL_INT: Final = ("version", "expected_version", "reply_partition")
 
@@ -234,20 +244,40 @@ def to_kafka(envelope: Envelope, payload: bytes) -> tuple[bytes, bytes, Headers]
     envelope in headers."""
     if envelope.kind == "command":
         return envelope.aggregate_id.encode(), _command_value(envelope, payload), []
-    headers: Headers = [("content-type", envelope.content_type.encode())]
+    derived = _derived_event_fields(envelope)
+    headers: Headers = []
+    if envelope.content_type != CONTENT_TYPE:
+        headers.append(("content-type", envelope.content_type.encode()))
     for name in _REQUIRED:
+        if name in derived:
+            continue
         value = getattr(envelope, name)
         text = _timestamp_text(value) if name == "timestamp" else str(value)
         headers.append((HEADER_PREFIX + name, text.encode()))
     for name in (*_OPTIONAL_INT, *_OPTIONAL_STR):
         value = getattr(envelope, name)
-        if value is not None:
+        if value is not None and name not in derived:
             headers.append((HEADER_PREFIX + name, str(value).encode()))
     return envelope.aggregate_id.encode(), bytes(payload), headers
 
 
-_CONTENT_TYPE_HEADER: Final = ("content-type", CONTENT_TYPE.encode())
-_EVENT_KIND_HEADER: Final = (HEADER_PREFIX + "kind", b"event")
+def _derived_event_fields(envelope: Envelope) -> set[str]:
+    """The fields of an event envelope that :func:`from_kafka` derives when their header is
+    absent (see the module doc), and that ``to_kafka`` therefore leaves out."""
+    if envelope.kind != "event" or envelope.version is None:
+        return set()
+    if envelope.command_id is not None and None in (envelope.causation_id, envelope.correlation_id):
+        return set()  # the reader would fill the None in: write every header, the kind too
+    derived = {"kind"}
+    if envelope.message_id == event_id_for(envelope.aggregate_type, envelope.aggregate_id,
+                                           envelope.version):
+        derived.add("message_id")
+    if envelope.command_id is not None:
+        if envelope.causation_id == envelope.command_id:
+            derived.add("causation_id")
+        if envelope.correlation_id == envelope.command_id:
+            derived.add("correlation_id")
+    return derived
 
 
 # header tuples of the few distinct type names a processor writes, built once each
@@ -259,7 +289,6 @@ _UTC: Final = _dt.timezone.utc
 def event_to_kafka(e: NewEvent, payload: bytes) -> tuple[bytes, bytes, Headers]:
     """``to_kafka(Envelope.for_event(e), payload)``, the same bytes and headers in the same
     order, without building the envelope: the processor writes one of these per event."""
-    command_id = e.causation_id.encode()
     type_header = _MESSAGE_TYPE_HEADERS.get(e.type_name)
     if type_header is None:
         type_header = _MESSAGE_TYPE_HEADERS[e.type_name] = ("cqrs.message_type", e.type_name.encode())
@@ -268,19 +297,18 @@ def event_to_kafka(e: NewEvent, payload: bytes) -> tuple[bytes, bytes, Headers]:
         aggregate_header = _AGGREGATE_TYPE_HEADERS[e.aggregate_type] = (
             "cqrs.aggregate_type", e.aggregate_type.encode())
     ts = e.timestamp
-    return e.aggregate_id.encode(), bytes(payload), [
-        _CONTENT_TYPE_HEADER,
-        ("cqrs.message_id", e.event_id.encode()),
+    command_id = e.causation_id
+    headers = [
         type_header,
-        _EVENT_KIND_HEADER,
         aggregate_header,
         ("cqrs.timestamp", (ts.isoformat(timespec="microseconds") if ts.tzinfo is _UTC
                             else _timestamp_text(ts)).encode()),
         ("cqrs.version", str(e.version).encode()),
-        ("cqrs.command_id", command_id),
-        ("cqrs.correlation_id", e.correlation_id.encode()),
-        ("cqrs.causation_id", command_id),
+        ("cqrs.command_id", command_id.encode()),
     ]
+    if e.correlation_id != command_id:
+        headers.append(("cqrs.correlation_id", e.correlation_id.encode()))
+    return e.aggregate_id.encode(), bytes(payload), headers
 
 
 def _header_map(headers: Iterable[Any] | None) -> dict[str, bytes | None]:
@@ -350,8 +378,12 @@ def from_kafka(
         return _decode_command(bytes(value), aggregate_id)
     found = _header_map(headers)
     fields: dict[str, Any] = {"aggregate_id": aggregate_id}
+    # an event (a version, no kind) may leave out what is derived from the rest
+    lean_event = HEADER_PREFIX + "kind" not in found and found.get(HEADER_PREFIX + "version") is not None
     for name in _REQUIRED:
-        fields[name] = _text(found, HEADER_PREFIX + name, True)
+        fields[name] = _text(found, HEADER_PREFIX + name, not lean_event or name in _EVENT_REQUIRED)
+    if lean_event:
+        fields["kind"] = "event"
     if fields["kind"] not in ("command", "event"):
         raise MalformedHeaderError(
             f"header 'cqrs.kind' = {fields['kind']!r}: expected 'command' or 'event'"
@@ -379,6 +411,14 @@ def from_kafka(
                 ) from None
     for name in _OPTIONAL_STR:
         fields[name] = _text(found, HEADER_PREFIX + name, False)
+    if lean_event:
+        command_id = fields["command_id"]
+        if fields["message_id"] is None:
+            fields["message_id"] = event_id_for(fields["aggregate_type"], aggregate_id,
+                                                fields["version"])
+        if command_id is not None:
+            fields["causation_id"] = fields["causation_id"] or command_id
+            fields["correlation_id"] = fields["correlation_id"] or command_id
     content_type = _text(found, "content-type", False) or CONTENT_TYPE
     if content_type != CONTENT_TYPE:
         raise MalformedHeaderError(

@@ -26,9 +26,16 @@ def _command_envelope() -> Envelope:
 
 
 def _legacy_command(env: Envelope, payload: bytes) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
-    """A command record in the older form, its envelope in headers (as events have it)."""
-    key, value, headers = to_kafka(attrs.evolve(env, kind="event"), payload)
-    return key, value, [(k, b"command" if k == "cqrs.kind" else v) for k, v in headers]
+    """A command record in the older form, its envelope in headers."""
+    headers = [("content-type", CONTENT_TYPE.encode())]
+    for name in ("message_id", "message_type", "kind", "aggregate_type", "timestamp",
+                 "expected_version", "reply_partition", "command_id", "correlation_id",
+                 "causation_id"):
+        value = getattr(env, name)
+        if value is not None:
+            text = value.isoformat(timespec="microseconds") if name == "timestamp" else str(value)
+            headers.append((f"cqrs.{name}", text.encode()))
+    return env.aggregate_id.encode(), payload, headers
 
 
 def test_command_roundtrip() -> None:
