@@ -364,9 +364,10 @@ class ProcessorSettings:
         "cores of a local[N] master, else spark.default.parallelism).",
     )
     rows_per_request: int = setting(
-        100, "CQRS_PROCESSOR_ROWS_PER_REQUEST",
+        500, "CQRS_PROCESSOR_ROWS_PER_REQUEST",
         "Aggregate-state rows per Cassandra request (IN reads, unlogged batches), all of one "
-        "bucket; 1: a request per row.",
+        "bucket; 1: a request per row. A batch also stays under 40 KB. Reads cost Cassandra "
+        "per request: 100 ids an IN cost it ~11 us of CPU per row read, 400 ~6.",
     )
     state_buckets: int = setting(
         64, "CQRS_PROCESSOR_STATE_BUCKETS",
