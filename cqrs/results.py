@@ -202,6 +202,20 @@ class AggregateRecord:
                  new: Sequence[SeenCommand], window_ms: int, max_count: int) -> AggregateRecord:
         """The next record: new version and snapshot, ``new`` commands appended to the memory,
         trimmed by :func:`kept_indices` (without unpacking the remembered results)."""
+        if len(new) == 1:  # the most common case by far: one new command per aggregate
+            one = new[0]
+            if "\0" in one.command_id:
+                raise ValueError("a command id contains a NUL character")
+            if (len(self.seen_times) // 8 < max_count
+                    and _span_fits(self.seen_times, [one.timestamp_ms], window_ms)):
+                return AggregateRecord(
+                    version, deleted, snapshot,
+                    f"{self.seen_ids}\0{one.command_id}" if self.seen_ids else one.command_id,
+                    self.seen_times + _ONE_TIME.pack(one.timestamp_ms),
+                    self.seen_sizes + _ONE_SIZE.pack(len(one.result)),
+                    self.seen_results + one.result,
+                    self.streams, self.stream_marks, self.retrying)
+            return self._remember_trimmed(version, deleted, snapshot, new, window_ms, max_count)
         if any("\0" in s.command_id for s in new):
             raise ValueError("a command id contains a NUL character")
         new_times = [s.timestamp_ms for s in new]
@@ -269,6 +283,8 @@ class AggregateRecord:
 
 
 _MANY = 64  # remembered times from which numpy finds their bounds faster than a list
+_ONE_TIME: Final = struct.Struct("<q")
+_ONE_SIZE: Final = struct.Struct("<I")
 
 
 def _span_fits(packed_times: bytes, new_times: list[int], window_ms: int) -> bool:
@@ -281,7 +297,7 @@ def _span_fits(packed_times: bytes, new_times: list[int], window_ms: int) -> boo
         old = np.frombuffer(packed_times, "<i8")
         lo, hi = min(lo, int(old.min())), max(hi, int(old.max()))
     elif packed_times:
-        old_times = _unpack("q", packed_times)
+        old_times = struct.unpack(f"<{len(packed_times) // 8}q", packed_times)
         lo, hi = min(lo, *old_times), max(hi, *old_times)
     return lo >= hi - window_ms
 
