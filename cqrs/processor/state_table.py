@@ -54,9 +54,10 @@ class StateTableError(CqrsError, RuntimeError):
     """The aggregate-state table cannot be read or written."""
 
 
-@attrs.frozen(slots=True)
+@attrs.define(slots=True)
 class StoredAggregate:
-    """One row of the aggregate-state table."""
+    """One row of the aggregate-state table. Not frozen, but never changed once made: the
+    processor makes one per aggregate per chunk, and a frozen class's ``__init__`` costs ~3x."""
 
     aggregate_id: str
     aggregate_type: str

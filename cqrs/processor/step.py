@@ -43,9 +43,10 @@ __all__ = ["UNDECODED", "AggregateStep", "DedupPolicy", "InputRecord", "OutputRe
 DLQ_PREFIX = "cqrs.dlq."
 
 
-@attrs.frozen
+@attrs.define(slots=True)
 class InputRecord:
-    """A command record as read from Kafka. ``envelope`` and ``payload``, when given, are the
+    """A command record as read from Kafka (not frozen, never changed: made once per command,
+    and a frozen class's ``__init__`` costs ~3x). ``envelope`` and ``payload``, when given, are the
     record's envelope and command payload already read by the caller (the processor's hot path,
     :func:`cqrs.envelope.read_command`): the step then trusts them instead of reading the record
     again; ``key``, ``value`` and ``headers`` are what it copies into dead letters."""
@@ -60,7 +61,7 @@ class InputRecord:
     payload: bytes | None = None
 
 
-@attrs.frozen
+@attrs.define(slots=True)
 class StepResult:
     """What :meth:`AggregateStep.apply` returns: the record to store (``None``: unchanged), the
     aggregate object it holds (to cache, never mutated by later steps) and the records to write."""
@@ -77,10 +78,11 @@ class _Undecoded:
 UNDECODED: Any = _Undecoded()
 
 
-@attrs.frozen
+@attrs.define(slots=True)
 class OutputRecord:
     """A record to write: the Kafka sink's topic, key, value, headers and partition columns
-    (``partition`` None: the producer's partitioner picks it from the key)."""
+    (``partition`` None: the producer's partitioner picks it from the key). Not frozen, never
+    changed: two per command, and a frozen class's ``__init__`` costs ~3x."""
 
     topic: str
     key: bytes | None
@@ -98,7 +100,7 @@ class DedupPolicy:
     max_per_aggregate: int = 1000
 
 
-@attrs.frozen
+@attrs.define(slots=True)
 class _Pending:
     record: InputRecord
     envelope: Envelope
