@@ -456,8 +456,7 @@ def _group(worker: Worker, topic: str, partition: int, messages: Sequence[Messag
     if start_offset is not None:
         first_offset = start_offset
     part = worker.part(topic, partition)
-    cache = worker.cache.take(part, first_offset)
-    stats.cache_hits += sum(1 for k in groups if k in cache)
+    cache = worker.cache.take(part, first_offset)  # its hits are counted in _decide
     return _Grouped(part, next_offset, cache, groups)
 
 
@@ -470,22 +469,25 @@ def _decide(worker: Worker, grouped: _Grouped, stored: dict[tuple[str, str], Sto
     step = worker.step
     out: list[OutputRecord] = []
     rows: list[StoredAggregate] = []
-    for (agg_type, agg_id), records in grouped.groups.items():
+    aggregates = hits = skipped = 0  # counted here, added to the stats once
+    for key, records in grouped.groups.items():
+        agg_type, agg_id = key
         if agg_id is None or agg_type is None:
             out.extend(step.apply(None, None, None, records).out)
             continue
-        stats.aggregates += 1
-        hit = cache.get((agg_type, agg_id))
+        aggregates += 1
+        hit = cache.get(key)
         if hit is not None:
+            hits += 1
             row, record, decoded = hit.stored, hit.record, hit.decoded
         else:
-            row = stored.get((agg_type, agg_id))
+            row = stored.get(key)
             record = None if row is None else step.load_state(row.record)
             decoded = UNDECODED
         if row is not None:
             fresh = [r for r in records
                      if r.partition != row.source_partition or r.offset > row.applied_offset]
-            stats.skipped += len(records) - len(fresh)
+            skipped += len(records) - len(fresh)
             records = fresh
             if not records:
                 continue
@@ -499,8 +501,11 @@ def _decide(worker: Worker, grouped: _Grouped, stored: dict[tuple[str, str], Sto
             step.dump_state(result.record), last.partition, last.offset,
             (row.commands if row is not None else 0) + len(records))
         rows.append(new_row)
-        cache[(agg_type, agg_id)] = _Cached(new_row, result.record, result.state)
-        cache.move_to_end((agg_type, agg_id))
+        cache[key] = _Cached(new_row, result.record, result.state)
+        cache.move_to_end(key)
+    stats.aggregates += aggregates
+    stats.cache_hits += hits
+    stats.skipped += skipped
     stats.step_s += time.perf_counter() - t1
     return _Pending(grouped.part, grouped.next_offset, cache, out, rows)
 
