@@ -22,8 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import announce, encode_all, fresh_topics, latency_summary, produce  # noqa: E402
-from cqrs.config import load_config  # noqa: E402
+from harness import (  # noqa: E402
+    announce, encode_all, fresh_topics, latency_summary, produce, remove_fresh,
+)
+from cqrs.config import CqrsConfig, load_config  # noqa: E402
 from cqrs.processor.job import ProcessorOptions, start_processor  # noqa: E402
 from cqrs.processor.state import StateReader  # noqa: E402
 from cqrs.spark_session import spark_session  # noqa: E402
@@ -53,6 +55,13 @@ def main() -> None:
     args = parser.parse_args()
 
     cfg = load_config()
+    try:
+        measure_reads(cfg, args)
+    finally:
+        remove_fresh(cfg)
+
+
+def measure_reads(cfg: CqrsConfig, args: argparse.Namespace) -> None:
     topics = fresh_topics(cfg, app.name, "state")
     prefix = topics.commands.removesuffix(f"{app.name}.commands")
     cfg = cfg.with_overrides(kafka={"topic_prefix": prefix})

@@ -7,8 +7,9 @@
   that are already running elsewhere, set ``CQRS_TEST_EXTERNAL=1`` plus the usual
   ``CQRS_KAFKA_BOOTSTRAP`` / ``CQRS_CASSANDRA_HOSTS`` / ``CQRS_CASSANDRA_PORT``.
 - ``CQRS_TEST_KEEP_STACK=1`` leaves a stack this session started running afterwards.
-- Test topics (``t-...``) and keyspaces (``t_...``) that appeared during the session are
-  deleted at its end, so a dev stack that lives across runs does not pile them up.
+- Test topics (``t-...``), keyspaces (``t_...``) and tables of the configured keyspace that
+  appeared during the session are deleted at its end, so a dev stack that lives across runs
+  does not pile them up.
 """
 
 from __future__ import annotations
@@ -82,15 +83,16 @@ def _throwaway_names_removed(cfg: CqrsConfig) -> Iterator[None]:
 
     keyspace = cfg.cassandra.keyspace
     topics_before = list_topics(cfg, TEST_TOPIC_PREFIX)
-    keyspaces_before, tables_before = _schema(cfg)
+    with _cql_session(cfg) as session:
+        keyspaces_before, tables_before = _schema(session, keyspace)
     try:
         yield
     finally:
         left = delete_topics(cfg, list_topics(cfg, TEST_TOPIC_PREFIX) - topics_before)
         if left:
             print(f"\ncould not delete {len(left)} test topics, e.g. {left[0]}")
-        keyspaces, tables = _schema(cfg)
         with _cql_session(cfg) as session:
+            keyspaces, tables = _schema(session, keyspace)
             for name in sorted(keyspaces - keyspaces_before):
                 if name.startswith(TEST_KEYSPACE_PREFIX):
                     session.execute(f'DROP KEYSPACE IF EXISTS "{name}"', timeout=60)
@@ -113,15 +115,13 @@ def _cql_session(cfg: CqrsConfig) -> Iterator[Any]:
         cluster.shutdown()
 
 
-def _schema(cfg: CqrsConfig) -> tuple[set[str], set[str]]:
-    """The names of the keyspaces, and of the tables in the configured keyspace."""
-    with _cql_session(cfg) as session:
-        keyspaces = {r.keyspace_name for r in
-                     session.execute("SELECT keyspace_name FROM system_schema.keyspaces")}
-        tables = {r.table_name for r in session.execute(
-            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s",
-            (cfg.cassandra.keyspace,))}
-        return keyspaces, tables
+def _schema(session: Any, keyspace: str) -> tuple[set[str], set[str]]:
+    """The names of the keyspaces, and of the tables in ``keyspace``."""
+    keyspaces = {r.keyspace_name for r in
+                 session.execute("SELECT keyspace_name FROM system_schema.keyspaces")}
+    tables = {r.table_name for r in session.execute(
+        "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (keyspace,))}
+    return keyspaces, tables
 
 
 @pytest.fixture
