@@ -23,7 +23,7 @@ from harness import encode_all, fresh_topics, produce, remove_fresh  # noqa: E40
 
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
 from cqrs.processor.job import ProcessorOptions, publish_app_schemas, worker_for  # noqa: E402
-from cqrs.processor.partition import SliceStats, run_task  # noqa: E402
+from cqrs.processor.partition import SliceStats, StateCache, run_task  # noqa: E402
 from cqrs.processor.state_table import open_state_table  # noqa: E402
 from cqrs.processor.step import DedupPolicy  # noqa: E402
 from cqrs.testing.example import Deposit, OpenAccount  # noqa: E402
@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="command ids remembered per aggregate (default: the processor's)")
     ap.add_argument("--dump", help="also write the profile to this file (for pstats / snakeviz)")
     ap.add_argument("--no-profile", action="store_true", help="timings only (cProfile adds ~2x)")
+    ap.add_argument("--cold", action="store_true",
+                    help="forget the warm-up's cached states: every aggregate is read from the "
+                         "state table (a worker that did not process the partition before)")
     args = ap.parse_args(argv)
 
     cfg = load_config()
@@ -90,6 +93,8 @@ def profile_slices(cfg: CqrsConfig, args: argparse.Namespace) -> None:
                 done[p] = end
 
     drain(None)  # the warm-up: open every account
+    if args.cold:
+        worker.cache = StateCache(worker.cache.capacity)
     produce(cfg, topics.commands, work)
     profile = None if args.no_profile else cProfile.Profile()
     stats, wall, total = drain(profile)
