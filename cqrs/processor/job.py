@@ -150,10 +150,14 @@ def _tasks(cfg: CqrsConfig, spark: SparkSession) -> int:
 
 def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
                     *, available_now: bool = False, starting_offsets: str = "earliest",
-                    name_suffix: str = "",
+                    name_suffix: str = "", quiet_tasks: int | None = None,
                     on_batch: Callable[[int, SliceStats], None] | None = None) -> StreamingQuery:
     """Create the topics and the state table if missing, publish the app's schemas and start the
-    query (on the current state generation unless ``opts`` names one)."""
+    query (on the current state generation unless ``opts`` names one).
+
+    ``quiet_tasks``: how many tasks serve while few commands wait (default: ``[processor]
+    quiet_tasks``, whose 0 means one per core): a driver that runs other queries too leaves
+    them the other cores with 1."""
     from cqrs.loading import load_app
     from cqrs.processor.source import (
         SOURCE_NAME, SourceSettings, command_source_options, register_source,
@@ -175,9 +179,11 @@ def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions
                                                  or cfg.processor.max_commands_per_batch or None))
     publish_app_schemas(cfg, topics, app)
     register_source(spark)
-    settings = SourceSettings(cfg, opts, topics.commands, starting_offsets,
-                              tasks=_tasks(cfg, spark),
-                              serve_s=0.0 if available_now else cfg.processor.serve_seconds)
+    tasks = _tasks(cfg, spark)
+    quiet = quiet_tasks if quiet_tasks is not None else cfg.processor.quiet_tasks
+    settings = SourceSettings(cfg, opts, topics.commands, starting_offsets, tasks=tasks,
+                              serve_s=0.0 if available_now else cfg.processor.serve_seconds,
+                              quiet_tasks=min(tasks, quiet) if quiet > 0 else tasks)
     source = (spark.readStream.format(SOURCE_NAME).options(**command_source_options(settings))
               .load())
 

@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow,
+)
 
 from cqrs.config import CqrsConfig
 from cqrs.processor.partition import STATS_FIELDS
@@ -40,14 +42,15 @@ if TYPE_CHECKING:
     from cqrs.processor.job import ProcessorOptions
 
 __all__ = [
-    "SOURCE_NAME", "STATS_SCHEMA", "CommandReader", "CommandSource", "Slices", "SourceSettings",
-    "command_source_options", "register_source",
+    "SOURCE_NAME", "STATS_SCHEMA", "TICK", "CommandReader", "CommandSource", "Slices",
+    "SourceSettings", "command_source_options", "register_source",
 ]
 
 SOURCE_NAME = "cqrs-commands"
 STATS_SCHEMA = ", ".join(f"{f} {'double' if f.endswith('_s') else 'long'}" for f in STATS_FIELDS)
 _PAYLOAD = "payload"
 COMMANDS_PER_TASK = 2000  # a micro-batch gets another task per this many commands, up to a core each
+TICK = "tick"  # a serving source's offset key that moves every micro-batch (not a partition)
 
 
 @attrs.frozen
@@ -60,6 +63,7 @@ class SourceSettings:
     starting_offsets: str = "earliest"  # or Spark's JSON form {topic: {partition: offset}}
     tasks: int = 2  # tasks per micro-batch at most (the cores Spark has): partitions share them
     serve_s: float = 0.0  # how long a task goes on with new commands after its planned ones
+    quiet_tasks: int = 1  # tasks that serve when few commands wait (at most ``tasks``)
 
 
 def command_source_options(settings: SourceSettings) -> dict[str, str]:
@@ -82,18 +86,22 @@ def register_source(spark: Any) -> None:
 
 
 class Slices(InputPartition):  # type: ignore[misc]
-    """One task's share of a micro-batch: {partition: (start, end)}."""
+    """One task's share of a micro-batch: {partition: (start, end)}, and until when (``time.time()``
+    of the driver; None: not at all) the task serves what arrives after them."""
 
-    def __init__(self, ranges: dict[int, tuple[int, int]]) -> None:
+    def __init__(self, ranges: dict[int, tuple[int, int]], serve_until: float | None = None) -> None:
         self.ranges = ranges
+        self.serve_until = serve_until
 
 
-class CommandReader(DataSourceStreamReader):  # type: ignore[misc]
+class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """Plans micro-batches over the commands topic; its tasks process what they read."""
 
     def __init__(self, settings: SourceSettings) -> None:
         self.settings = settings
         self._offsets: Any = None  # the driver side's consumer, kept between micro-batches
+        self._tick = 0  # see latestOffset
+        self._target: dict[str, int] | None = None  # Trigger.AvailableNow: where to stop
 
     def __getstate__(self) -> dict[str, Any]:  # tasks get the settings, not the consumer
         return {"settings": self.settings, "_offsets": None}
@@ -115,44 +123,66 @@ class CommandReader(DataSourceStreamReader):  # type: ignore[misc]
                     start[str(p)] = max(int(offset), marks[int(p)][0])
         return start
 
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        """``--available-now``: process what the topic holds now, in as many batches as that
+        takes (an unfinished batch of an earlier run first), and nothing that comes later."""
+        self._target = {str(p): high for p, (_, high) in self._marks().items()}
+
     def getDefaultReadLimit(self) -> Any:  # noqa: N802
         cap = self.settings.opts.max_offsets_per_trigger
         return ReadMaxRows(cap) if cap else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: Any) -> dict:  # noqa: N802
         ends = {str(p): high for p, (_, high) in self._marks().items()}
+        if self._target is not None:
+            ends = {p: min(o, self._target.get(p, o)) for p, o in ends.items()}
+        start = _partitions_of(start)
         for p in start:
             ends.setdefault(p, start[p])
         if isinstance(limit, ReadMaxRows):
             ends = _capped(start, ends, limit.max_rows)
+        if self.settings.serve_s > 0:
+            # serving tasks run back to back, also when nothing new came: Spark plans a batch
+            # only for a moved offset, and a batch planned once commands arrive starts them a
+            # few hundred milliseconds late on a busy machine (a burst's first ~0.5 s on 2 cores)
+            self._tick += 1
+            ends[TICK] = self._tick
         return ends
 
     def partitions(self, start: dict, end: dict) -> Sequence[Slices]:
         serving = self.settings.serve_s > 0
+        start, end = _partitions_of(start), _partitions_of(end)
         # a serving task takes partitions with nothing planned too: it serves what they get
         waiting = [(int(p), int(start.get(p, 0)), int(e)) for p, e in sorted(end.items())
                    if serving or int(e) > int(start.get(p, 0))]
-        # a small batch goes to one task: a second one would add its fixed costs (a Kafka
-        # assignment, Cassandra and Kafka round trips) and take the core the driver needs,
-        # for little work to share (at 500 commands/s: p50 0.43 s instead of 0.52 s)
+        # a small batch goes to the quiet tasks (one unless configured): more would each add
+        # their fixed costs (a Kafka assignment, Cassandra and Kafka round trips) for little
+        # work to share, and hold a core that other queries of the driver may want
         total = sum(e - s for _, s, e in waiting)
-        tasks = max(1, min(self.settings.tasks, len(waiting), total // COMMANDS_PER_TASK))
+        cap = min(self.settings.tasks, len(waiting))
+        tasks = max(1, min(cap, self.settings.quiet_tasks), min(cap, total // COMMANDS_PER_TASK))
         # each task takes whole partitions (an aggregate's commands stay in one task), the
-        # busiest first to the least loaded task
+        # busiest first to the least loaded task; among equals to the one with fewest: what
+        # arrives while they serve spreads over the partitions
         shares: list[dict[int, tuple[int, int]]] = [{} for _ in range(tasks)]
         loads = [0] * tasks
         for p, s, e in sorted(waiting, key=lambda w: w[1] - w[2]):
-            i = loads.index(min(loads))
+            i = min(range(tasks), key=lambda t: (loads[t], len(shares[t])))
             shares[i][p] = (s, e)
             loads[i] += e - s
-        return [Slices(share) for share in shares if share]
+        # one deadline for every task of the batch, however late each starts: the batch ends
+        # when its last task does, and a task that stopped earlier would leave its core idle
+        until = time.time() + self.settings.serve_s if serving else None
+        return [Slices(share, until) for share in shares if share]
 
     def read(self, partition: Slices) -> Iterator[tuple[Any, ...]]:
         from cqrs.processor.job import worker_for
         from cqrs.processor.partition import run_task
 
         s = self.settings
-        serve_until = time.monotonic() + s.serve_s if s.serve_s > 0 else None
+        serve_until = None
+        if partition.serve_until is not None:
+            serve_until = time.monotonic() + max(0.0, partition.serve_until - time.time())
         total = run_task(worker_for(s.cfg, s.opts), s.topic, partition.ranges, serve_until)
         yield tuple(getattr(total, f) for f in STATS_FIELDS)
 
@@ -177,6 +207,11 @@ class CommandSource(DataSource):  # type: ignore[misc]
 
     def streamReader(self, schema: Any) -> CommandReader:  # noqa: N802
         return CommandReader(_settings(self.options))
+
+
+def _partitions_of(offsets: dict) -> dict:
+    """A source offset without its :data:`TICK`: ``{partition: offset}``."""
+    return {p: o for p, o in offsets.items() if p != TICK}
 
 
 def _capped(start: dict, ends: dict, max_rows: int) -> dict:

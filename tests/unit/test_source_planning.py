@@ -2,25 +2,42 @@
 
 from __future__ import annotations
 
+import time
+
 from cqrs.config import load_config
 from cqrs.processor.job import ProcessorOptions
-from cqrs.processor.source import COMMANDS_PER_TASK, CommandReader, SourceSettings
+from cqrs.processor.source import COMMANDS_PER_TASK, TICK, CommandReader, SourceSettings
 
 
-def _reader(serve_s: float, tasks: int = 2) -> CommandReader:
+def _reader(serve_s: float, tasks: int = 2, quiet_tasks: int = 1) -> CommandReader:
     opts = ProcessorOptions("cqrs.testing.example_app:app")
     return CommandReader(SourceSettings(load_config(env={}), opts, "t.commands", tasks=tasks,
-                                        serve_s=serve_s))
+                                        serve_s=serve_s, quiet_tasks=quiet_tasks))
 
 
 def test_without_serving_only_partitions_with_planned_commands_get_a_task() -> None:
     plan = _reader(0.0).partitions({"0": 10, "1": 5, "2": 0, "3": 7}, {"0": 12, "1": 5, "2": 0, "3": 7})
     assert [p.ranges for p in plan] == [{0: (10, 12)}]
+    assert plan[0].serve_until is None
 
 
 def test_serving_tasks_take_every_partition_to_serve_what_arrives() -> None:
     plan = _reader(2.0).partitions({"0": 10, "1": 5, "2": 0, "3": 7}, {"0": 12, "1": 5, "2": 0, "3": 7})
     assert [p.ranges for p in plan] == [{0: (10, 12), 1: (5, 5), 2: (0, 0), 3: (7, 7)}]
+
+
+def test_quiet_tasks_share_the_partitions_by_count() -> None:
+    plan = _reader(2.0, quiet_tasks=2).partitions({str(p): 0 for p in range(4)},
+                                                  {str(p): 0 for p in range(4)})
+    assert sorted(len(p.ranges) for p in plan) == [2, 2]
+    assert sorted(p for s in plan for p in s.ranges) == [0, 1, 2, 3]
+
+
+def test_every_task_of_a_batch_serves_until_the_same_moment() -> None:
+    before = time.time()
+    plan = _reader(2.0, quiet_tasks=2).partitions({"0": 0, "1": 0}, {"0": 0, "1": 0})
+    assert len(plan) == 2 and plan[0].serve_until == plan[1].serve_until
+    assert before + 2.0 <= plan[0].serve_until <= time.time() + 2.0
 
 
 def test_a_large_batch_is_shared_by_load_whole_partitions_per_task() -> None:
@@ -31,3 +48,32 @@ def test_a_large_batch_is_shared_by_load_whole_partitions_per_task() -> None:
     assert sorted(sorted(p.ranges) for p in plan) == [[0, 3], [1, 2]]
     assert {p: r for s in plan for p, r in s.ranges.items()} == {
         0: (0, n), 1: (0, n // 2), 2: (0, n // 2), 3: (0, 0)}
+
+
+def test_a_serving_source_moves_its_tick_so_batches_follow_each_other() -> None:
+    reader = _reader(2.0)
+    reader._marks = lambda: {0: (0, 5), 1: (0, 3)}  # type: ignore[method-assign]
+    first = reader.latestOffset({"0": 5, "1": 3}, None)
+    second = reader.latestOffset(first, None)
+    assert {k: v for k, v in first.items() if k != TICK} == {"0": 5, "1": 3}
+    assert first[TICK] != second[TICK]
+    # the tick is not a partition: planning ignores it
+    plan = reader.partitions(first, second)
+    assert sorted(p for s in plan for p in s.ranges) == [0, 1]
+
+
+def test_a_source_that_does_not_serve_has_no_tick() -> None:
+    reader = _reader(0.0)
+    reader._marks = lambda: {0: (0, 5)}  # type: ignore[method-assign]
+    assert reader.latestOffset({"0": 5}, None) == {"0": 5}
+
+
+def test_available_now_stops_at_what_the_topic_held_when_it_started() -> None:
+    reader = _reader(0.0)
+    marks = {0: (0, 5), 1: (0, 3)}
+    reader._marks = lambda: marks  # type: ignore[method-assign]
+    reader.prepareForTriggerAvailableNow()
+    marks = {0: (0, 9), 1: (0, 4)}  # more arrives after the run started: not for this run
+    # an earlier serving run's unfinished batch ends with a tick: a batch without it follows
+    assert reader.latestOffset({"0": 2, "1": 3, TICK: 8}, None) == {"0": 5, "1": 3}
+    assert reader.latestOffset({"0": 5, "1": 3}, None) == {"0": 5, "1": 3}  # done
