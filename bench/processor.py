@@ -7,7 +7,7 @@ peers measured in the same invocation on the same box. Prints figures; never a t
     python bench/processor.py --aggregates 1000 --commands 5000 --seconds 5   # a short check
 
 Ours, throughput (``--aggregates``, ``--commands``): the processor runs as a streaming query
-(micro-batches back to back); every aggregate is opened first (warm-up, not timed); the
+as ``cqrs run processor`` runs it (``continuous=True``: micro-batches back to back); every aggregate is opened first (warm-up, not timed); the
 deposits (deposit n to aggregate ``n % N``, amount ``1 + n % 100``) are encoded before the
 clock starts, then produced as fast as possible; the figure is commands / (first command
 produced -> last result readable in the results topic). ``--commands`` defaults to 100,000,
@@ -127,8 +127,9 @@ def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int,
     watcher.start()
     checkpoint = cfg.spark.checkpoint_location("bench", topics.commands.replace(".", "-"))
     slices = SliceTotals()
+    # as `cqrs run processor` runs it: the only query of its driver
     query = start_processor(spark, cfg, ProcessorOptions(APP_REF, topics=topics, checkpoint=checkpoint),
-                            on_batch=slices.on_batch)
+                            on_batch=slices.on_batch, continuous=True)
     try:
         opened = encode_all(app, [(f"acc-{a}", OpenAccount(f"owner {a}")) for a in range(aggregates)])
         print(f"warm-up: opening {aggregates:,} accounts", flush=True)

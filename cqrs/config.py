@@ -378,14 +378,14 @@ class ProcessorSettings:
         2.0, "CQRS_PROCESSOR_SERVE_SECONDS",
         "How long a micro-batch's tasks go on processing new commands of their partitions as "
         "they arrive, after the ones Spark planned (0: only those): commands then wait for a "
-        "poll, not for the next micro-batch. Serving, batches follow each other also when "
-        "nothing new arrived, so tasks are always there; each starts where the last got to.",
+        "poll, not for the next micro-batch. The next batch starts where the tasks got to; "
+        "under `cqrs run processor` it follows at once, also when nothing new arrived.",
     )
     quiet_tasks: int = setting(
         0, "CQRS_PROCESSOR_QUIET_TASKS",
-        "Tasks that serve the commands topic while few commands wait (0: one per core, ready "
-        "for a burst). `cqrs run app` uses 1 when this is 0, leaving the other cores to its "
-        "projectors.",
+        "Tasks that serve the commands topic while few commands wait (0: one per core under "
+        "`cqrs run processor`, ready for a burst; 1 where the processor shares its Spark driver, "
+        "as in `cqrs run app`, leaving the other cores to the other queries).",
     )
     max_commands_per_batch: int = setting(
         100000, "CQRS_PROCESSOR_MAX_COMMANDS_PER_BATCH",

@@ -101,9 +101,7 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
     def start_proc(_: int | None) -> Any:
         opts = ProcessorOptions(app_ref=app_ref, checkpoint=checkpoint_for(cfg, app.name),
                                 trigger_interval=trigger)
-        # one quiet task unless configured: the projectors run in this driver too
-        return start_processor(spark, cfg, opts, quiet_tasks=cfg.processor.quiet_tasks or 1,
-                               on_batch=on_processor_batch)
+        return start_processor(spark, cfg, opts, on_batch=on_processor_batch)
 
     specs = [QuerySpec("processor", "processor", topics.commands, start_proc)]
     store = cached_store(cfg) if projectors and app.projections else None

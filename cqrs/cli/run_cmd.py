@@ -79,6 +79,8 @@ def _run_processor(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     started = [time.monotonic()]
 
     def on_batch(batch_id: int, s: SliceStats) -> None:
+        if not s.commands and not args.available_now:
+            return  # serving continuously, a quiet stream's batches come every few seconds
         now = time.monotonic()
         rate = s.commands / max(now - started[0], 1e-6)
         started[0] = now
@@ -87,7 +89,8 @@ def _run_processor(cfg: CqrsConfig, args: argparse.Namespace) -> int:
               f"{s.dead_letters} dead letters, {s.skipped} already applied, "
               f"{rate:,.0f} commands/s", flush=True)
 
-    query = start_processor(spark, cfg, opts, available_now=args.available_now, on_batch=on_batch)
+    query = start_processor(spark, cfg, opts, available_now=args.available_now, on_batch=on_batch,
+                            continuous=True)  # the processor has this driver to itself
     print(f"processor for {app.name!r} running; checkpoint {opts.checkpoint}", flush=True)
     try:
         while query.isActive:

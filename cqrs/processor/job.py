@@ -150,14 +150,16 @@ def _tasks(cfg: CqrsConfig, spark: SparkSession) -> int:
 
 def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
                     *, available_now: bool = False, starting_offsets: str = "earliest",
-                    name_suffix: str = "", quiet_tasks: int | None = None,
+                    name_suffix: str = "", continuous: bool = False,
                     on_batch: Callable[[int, SliceStats], None] | None = None) -> StreamingQuery:
     """Create the topics and the state table if missing, publish the app's schemas and start the
     query (on the current state generation unless ``opts`` names one).
 
-    ``quiet_tasks``: how many tasks serve while few commands wait (default: ``[processor]
-    quiet_tasks``, whose 0 means one per core): a driver that runs other queries too leaves
-    them the other cores with 1."""
+    ``continuous``: for a driver that runs the processor alone (``cqrs run processor``): its
+    serving tasks run back to back also when nothing arrives, one per core unless ``[processor]
+    quiet_tasks`` says otherwise, so a burst is taken at once. Otherwise micro-batches follow
+    commands as they arrive, a quiet stream is served by one task and the other cores stay free
+    for the driver's other queries (and ``processAllAvailable`` returns)."""
     from cqrs.loading import load_app
     from cqrs.processor.source import (
         SOURCE_NAME, SourceSettings, command_source_options, register_source,
@@ -180,10 +182,10 @@ def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions
     publish_app_schemas(cfg, topics, app)
     register_source(spark)
     tasks = _tasks(cfg, spark)
-    quiet = quiet_tasks if quiet_tasks is not None else cfg.processor.quiet_tasks
+    quiet = cfg.processor.quiet_tasks or (tasks if continuous else 1)
     settings = SourceSettings(cfg, opts, topics.commands, starting_offsets, tasks=tasks,
                               serve_s=0.0 if available_now else cfg.processor.serve_seconds,
-                              quiet_tasks=min(tasks, quiet) if quiet > 0 else tasks)
+                              quiet_tasks=min(tasks, quiet), continuous=continuous and not available_now)
     source = (spark.readStream.format(SOURCE_NAME).options(**command_source_options(settings))
               .load())
 

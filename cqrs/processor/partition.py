@@ -519,7 +519,8 @@ FIRST_GUESS_S = 60e-6  # a command's wall time in a task, until its first chunk 
 
 
 def run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
-             serve_until: float | None = None, timeout_s: float = 120.0) -> SliceStats:
+             serve_until: float | None = None, timeout_s: float = 120.0,
+             positions: dict[int, Position] | None = None) -> SliceStats:
     """One task of a micro-batch: the planned ``{partition: (start, end)}`` ranges, then, until
     ``serve_until`` (``time.monotonic()``; None: not at all), whatever else arrives on those
     partitions, as it arrives.
@@ -528,12 +529,13 @@ def run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
     (a task of an earlier batch served those commands). The worker keeps its cached states of a
     partition only while the recorded position is the one it wrote itself: else another worker
     applied commands since. At the end the task records how far it got on each partition.
+    ``positions``: the recorded ones, when the caller has just read them.
     """
     _LATE_COLLECTION.wait()  # the last task's, if it still runs: it re-enables the collector
     collecting = gc.isenabled()
     gc.disable()  # see process_slices; here it is the cached states the collector would walk
     try:
-        return _run_task(worker, topic, ranges, serve_until, timeout_s)
+        return _run_task(worker, topic, ranges, serve_until, timeout_s, positions)
     finally:
         if collecting:
             _LATE_COLLECTION.start()
@@ -575,14 +577,16 @@ LATE_COLLECTION_DELAY_S = 0.02
 
 
 def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
-              serve_until: float | None, timeout_s: float) -> SliceStats:
+              serve_until: float | None, timeout_s: float,
+              positions: dict[int, Position] | None) -> SliceStats:
     from confluent_kafka import TopicPartition
 
     from cqrs.kafka_io import take
 
     stats = SliceStats()
     started = time.perf_counter()
-    positions = worker.table.positions(worker.generation, topic)
+    if positions is None:
+        positions = worker.table.positions(worker.generation, topic)
     start: dict[int, int] = {}
     worker.cache.serving = {worker.part(topic, p) for p in ranges}
     for p, (planned, _) in ranges.items():

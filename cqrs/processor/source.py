@@ -22,6 +22,7 @@ hand records to Python too but in bulk columns, keep the connector.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import pickle
 import time
@@ -36,20 +37,24 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from cqrs.config import CqrsConfig
+from cqrs.errors import CqrsError
 from cqrs.processor.partition import STATS_FIELDS
 
 if TYPE_CHECKING:
     from cqrs.processor.job import ProcessorOptions
+    from cqrs.processor.partition import Worker
+    from cqrs.processor.state_table import Position
 
 __all__ = [
     "SOURCE_NAME", "STATS_SCHEMA", "TICK", "CommandReader", "CommandSource", "Slices",
-    "SourceSettings", "command_source_options", "register_source",
+    "SourceError", "SourceSettings", "claim_share", "command_source_options", "register_source",
 ]
 
 SOURCE_NAME = "cqrs-commands"
 STATS_SCHEMA = ", ".join(f"{f} {'double' if f.endswith('_s') else 'long'}" for f in STATS_FIELDS)
 _PAYLOAD = "payload"
 COMMANDS_PER_TASK = 2000  # a micro-batch gets another task per this many commands, up to a core each
+UNEVEN = 1.25  # shares in turn unless one would get this much more than an even split
 TICK = "tick"  # a serving source's offset key that moves every micro-batch (not a partition)
 
 
@@ -64,6 +69,7 @@ class SourceSettings:
     tasks: int = 2  # tasks per micro-batch at most (the cores Spark has): partitions share them
     serve_s: float = 0.0  # how long a task goes on with new commands after its planned ones
     quiet_tasks: int = 1  # tasks that serve when few commands wait (at most ``tasks``)
+    continuous: bool = False  # serving, batches follow each other also when nothing new came
 
 
 def command_source_options(settings: SourceSettings) -> dict[str, str]:
@@ -81,17 +87,31 @@ def register_source(spark: Any) -> None:
     spark.dataSource.register(CommandSource)
 
 
+class SourceError(CqrsError, RuntimeError):
+    """A task of the processor's source could not take its share of a micro-batch."""
+
+
 # Module-level classes: Spark pickles the reader into every task, and a class defined inside a
 # function would travel by value (its code with it) and be rebuilt in the worker each time.
 
 
 class Slices(InputPartition):  # type: ignore[misc]
-    """One task's share of a micro-batch: {partition: (start, end)}, and until when (``time.time()``
-    of the driver; None: not at all) the task serves what arrives after them."""
+    """One task of a micro-batch: its share {partition: (start, end)}, and until when it serves
+    what arrives after them (the driver's ``time.time()``; None: it does not).
 
-    def __init__(self, ranges: dict[int, tuple[int, int]], serve_until: float | None = None) -> None:
+    A batch of several tasks gives each every share (``shares``) and a ``plan`` id: a task
+    takes the share whose partitions its Python worker processed last, if no other task of
+    the batch took it first (see :func:`claim_share`), else the next free one, its own
+    (``index``) first."""
+
+    def __init__(self, ranges: dict[int, tuple[int, int]], serve_until: float | None = None,
+                 plan: str | None = None, index: int = 0,
+                 shares: list[dict[int, tuple[int, int]]] | None = None) -> None:
         self.ranges = ranges
         self.serve_until = serve_until
+        self.plan = plan
+        self.index = index
+        self.shares = shares
 
 
 class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
@@ -141,7 +161,7 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
             ends.setdefault(p, start[p])
         if isinstance(limit, ReadMaxRows):
             ends = _capped(start, ends, limit.max_rows)
-        if self.settings.serve_s > 0:
+        if self.settings.continuous and self.settings.serve_s > 0:
             # serving tasks run back to back, also when nothing new came: Spark plans a batch
             # only for a moved offset, and a batch planned once commands arrive starts them a
             # few hundred milliseconds late on a busy machine (a burst's first ~0.5 s on 2 cores)
@@ -151,6 +171,7 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
 
     def partitions(self, start: dict, end: dict) -> Sequence[Slices]:
         serving = self.settings.serve_s > 0
+        batch = json.dumps([start, end], sort_keys=True)  # the same when Spark re-runs a batch
         start, end = _partitions_of(start), _partitions_of(end)
         # a serving task takes partitions with nothing planned too: it serves what they get
         waiting = [(int(p), int(start.get(p, 0)), int(e)) for p, e in sorted(end.items())
@@ -161,19 +182,29 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
         total = sum(e - s for _, s, e in waiting)
         cap = min(self.settings.tasks, len(waiting))
         tasks = max(1, min(cap, self.settings.quiet_tasks), min(cap, total // COMMANDS_PER_TASK))
-        # each task takes whole partitions (an aggregate's commands stay in one task), the
-        # busiest first to the least loaded task; among equals to the one with fewest: what
-        # arrives while they serve spreads over the partitions
+        # each task takes whole partitions (an aggregate's commands stay in one task): in turn,
+        # the same shares from batch to batch (a share then tends to stay with the Python
+        # worker that holds its states), unless that is uneven; then the busiest first to the
+        # least loaded task
         shares: list[dict[int, tuple[int, int]]] = [{} for _ in range(tasks)]
         loads = [0] * tasks
-        for p, s, e in sorted(waiting, key=lambda w: w[1] - w[2]):
-            i = min(range(tasks), key=lambda t: (loads[t], len(shares[t])))
-            shares[i][p] = (s, e)
-            loads[i] += e - s
+        for i, (p, s, e) in enumerate(waiting):
+            shares[i % tasks][p] = (s, e)
+            loads[i % tasks] += e - s
+        if max(loads) > max(COMMANDS_PER_TASK, UNEVEN * total / tasks):
+            shares, loads = [{} for _ in range(tasks)], [0] * tasks
+            for p, s, e in sorted(waiting, key=lambda w: w[1] - w[2]):
+                i = loads.index(min(loads))
+                shares[i][p] = (s, e)
+                loads[i] += e - s
+        shares = [share for share in shares if share]
         # one deadline for every task of the batch, however late each starts: the batch ends
-        # when its last task does, and a task that stopped earlier would leave its core idle
+        # when its last task does, and one that stopped earlier would leave its core idle
         until = time.time() + self.settings.serve_s if serving else None
-        return [Slices(share, until) for share in shares if share]
+        if len(shares) == 1:
+            return [Slices(shares[0], until)]
+        plan = hashlib.sha1(f"{batch} {[sorted(sh) for sh in shares]}".encode()).hexdigest()[:20]
+        return [Slices(share, until, plan, i, shares) for i, share in enumerate(shares)]
 
     def read(self, partition: Slices) -> Iterator[tuple[Any, ...]]:
         from cqrs.processor.job import worker_for
@@ -183,7 +214,10 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
         serve_until = None
         if partition.serve_until is not None:
             serve_until = time.monotonic() + max(0.0, partition.serve_until - time.time())
-        total = run_task(worker_for(s.cfg, s.opts), s.topic, partition.ranges, serve_until)
+        worker = worker_for(s.cfg, s.opts)
+        positions = worker.table.positions(worker.generation, s.topic)
+        ranges = claim_share(worker, partition, positions)
+        total = run_task(worker, s.topic, ranges, serve_until, positions=positions)
         yield tuple(getattr(total, f) for f in STATS_FIELDS)
 
     def commit(self, end: dict) -> None:
@@ -207,6 +241,31 @@ class CommandSource(DataSource):  # type: ignore[misc]
 
     def streamReader(self, schema: Any) -> CommandReader:  # noqa: N802
         return CommandReader(_settings(self.options))
+
+
+def claim_share(worker: Worker, task: Slices, positions: dict[int, Position]) -> dict[int, tuple[int, int]]:
+    """The share ``task`` processes: the one it holds already (a retry of the task), else the
+    free one with most partitions whose position this worker wrote (its cache holds their
+    states), its own share first among equals. Each share is taken by one task through a
+    lightweight transaction; there are as many shares as tasks, so every task finds one."""
+    if task.plan is None or task.shares is None:
+        return task.ranges
+    table, generation = worker.table, worker.generation
+    held = table.claims(generation, task.plan)
+    for share, holder in held.items():
+        if holder == task.index:
+            return task.shares[share]
+
+    def mine(share: dict[int, tuple[int, int]]) -> int:
+        return sum(1 for p in share if p in positions and positions[p].writer == worker.token)
+
+    order = sorted(range(len(task.shares)), key=lambda k: (-mine(task.shares[k]), k != task.index, k))
+    for share in order:
+        if share not in held and table.claim(generation, task.plan, share, task.index):
+            return task.shares[share]
+    raise SourceError(
+        f"task {task.index} of micro-batch {task.plan} found every share of its partitions "
+        f"taken by other tasks ({held}); the task is retried")
 
 
 def _partitions_of(offsets: dict) -> dict:

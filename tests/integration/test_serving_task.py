@@ -121,3 +121,44 @@ def test_a_task_without_serving_stops_at_its_planned_end(fx: Fixture) -> None:
     assert (stats.commands, stats.accepted) == (2, 2)
     assert fx.position() == Position(end, fx.worker.token)
     assert _balance(fx, "acc-1") == (2, 1)
+
+
+def test_each_task_of_a_batch_takes_its_own_share_the_one_its_worker_wrote_first(fx: Fixture) -> None:
+    from cqrs.processor.source import Slices, claim_share
+
+    table, gen, topic = fx.worker.table, fx.worker.generation, fx.topics.commands
+    other = fx.other_worker()
+    shares: list[dict[int, tuple[int, int]]] = [{0: (0, 0), 2: (0, 0)}, {1: (0, 0), 3: (0, 0)}]
+    # the last batch: this worker ran the second share, the other worker the first
+    table.write_positions(gen, topic, {0: Position(0, other.token), 2: Position(0, other.token),
+                                       1: Position(0, fx.worker.token), 3: Position(0, fx.worker.token)})
+    positions = table.positions(gen, topic)
+    tasks = [Slices(share, None, "plan-a", i, shares) for i, share in enumerate(shares)]
+    # Spark hands task 0 to this worker and task 1 to the other: each takes what it wrote
+    assert claim_share(fx.worker, tasks[0], positions) == shares[1]
+    assert claim_share(other, tasks[1], positions) == shares[0]
+    # a retry of a task takes the share that task holds, whatever its worker wrote
+    assert claim_share(other, tasks[0], positions) == shares[1]
+    assert table.claims(gen, "plan-a") == {1: 0, 0: 1}
+
+
+def test_tasks_that_claim_at_once_never_take_the_same_share(fx: Fixture) -> None:
+    from cqrs.processor.source import Slices, claim_share
+
+    shares: list[dict[int, tuple[int, int]]] = [{p: (0, 0)} for p in range(4)]
+    # every task prefers share 0 (its worker wrote partition 0's position): one gets it, the
+    # others fall back to a free share
+    positions = {0: Position(0, fx.worker.token)}
+    for round_ in range(5):
+        tasks = [Slices(share, None, f"plan-{round_}", i, shares) for i, share in enumerate(shares)]
+        taken: list[dict[int, tuple[int, int]]] = [{} for _ in tasks]
+
+        def run(i: int) -> None:
+            taken[i] = claim_share(fx.worker, tasks[i], positions)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(p for share in taken for p in share) == [0, 1, 2, 3]

@@ -9,10 +9,12 @@ from cqrs.processor.job import ProcessorOptions
 from cqrs.processor.source import COMMANDS_PER_TASK, TICK, CommandReader, SourceSettings
 
 
-def _reader(serve_s: float, tasks: int = 2, quiet_tasks: int = 1) -> CommandReader:
+def _reader(serve_s: float, tasks: int = 2, quiet_tasks: int = 1,
+            continuous: bool = False) -> CommandReader:
     opts = ProcessorOptions("cqrs.testing.example_app:app")
     return CommandReader(SourceSettings(load_config(env={}), opts, "t.commands", tasks=tasks,
-                                        serve_s=serve_s, quiet_tasks=quiet_tasks))
+                                        serve_s=serve_s, quiet_tasks=quiet_tasks,
+                                        continuous=continuous))
 
 
 def test_without_serving_only_partitions_with_planned_commands_get_a_task() -> None:
@@ -50,8 +52,8 @@ def test_a_large_batch_is_shared_by_load_whole_partitions_per_task() -> None:
         0: (0, n), 1: (0, n // 2), 2: (0, n // 2), 3: (0, 0)}
 
 
-def test_a_serving_source_moves_its_tick_so_batches_follow_each_other() -> None:
-    reader = _reader(2.0)
+def test_a_continuous_source_moves_its_tick_so_batches_follow_each_other() -> None:
+    reader = _reader(2.0, continuous=True)
     reader._marks = lambda: {0: (0, 5), 1: (0, 3)}  # type: ignore[method-assign]
     first = reader.latestOffset({"0": 5, "1": 3}, None)
     second = reader.latestOffset(first, None)
@@ -62,10 +64,10 @@ def test_a_serving_source_moves_its_tick_so_batches_follow_each_other() -> None:
     assert sorted(p for s in plan for p in s.ranges) == [0, 1]
 
 
-def test_a_source_that_does_not_serve_has_no_tick() -> None:
-    reader = _reader(0.0)
-    reader._marks = lambda: {0: (0, 5)}  # type: ignore[method-assign]
-    assert reader.latestOffset({"0": 5}, None) == {"0": 5}
+def test_a_source_that_is_not_continuous_has_no_tick() -> None:
+    for reader in (_reader(2.0), _reader(0.0, continuous=True)):
+        reader._marks = lambda: {0: (0, 5)}  # type: ignore[method-assign]
+        assert reader.latestOffset({"0": 5}, None) == {"0": 5}
 
 
 def test_available_now_stops_at_what_the_topic_held_when_it_started() -> None:
@@ -77,3 +79,22 @@ def test_available_now_stops_at_what_the_topic_held_when_it_started() -> None:
     # an earlier serving run's unfinished batch ends with a tick: a batch without it follows
     assert reader.latestOffset({"0": 2, "1": 3, TICK: 8}, None) == {"0": 5, "1": 3}
     assert reader.latestOffset({"0": 5, "1": 3}, None) == {"0": 5, "1": 3}  # done
+
+
+def test_a_batch_of_several_tasks_has_one_plan_that_a_re_run_repeats() -> None:
+    reader = _reader(2.0, quiet_tasks=2)
+    start, end = {"0": 0, "1": 0, TICK: 4}, {"0": 3, "1": 5, TICK: 5}
+    plan = reader.partitions(start, end)
+    assert len({s.plan for s in plan}) == 1 and plan[0].plan is not None
+    assert [s.index for s in plan] == [0, 1]
+    assert all(s.shares == [p.ranges for p in plan] for s in plan)
+    assert reader.partitions(start, end)[0].plan == plan[0].plan  # Spark re-runs the batch
+    # the next batch, nothing new but its tick: another plan
+    assert reader.partitions(end, {**end, TICK: 6})[0].plan != plan[0].plan
+
+
+def test_shares_stay_the_same_from_batch_to_batch_unless_uneven() -> None:
+    reader = _reader(2.0, quiet_tasks=2)
+    quiet = reader.partitions({str(p): 0 for p in range(4)}, {str(p): 0 for p in range(4)})
+    busy = reader.partitions({str(p): 0 for p in range(4)}, {"0": 9000, "1": 8000, "2": 9500, "3": 8500})
+    assert [sorted(s.ranges) for s in quiet] == [sorted(s.ranges) for s in busy] == [[0, 2], [1, 3]]
