@@ -376,16 +376,18 @@ class ProcessorSettings:
     )
     serve_seconds: float = setting(
         2.0, "CQRS_PROCESSOR_SERVE_SECONDS",
-        "How long a micro-batch's tasks go on processing new commands of their partitions as "
-        "they arrive, after the ones Spark planned (0: only those): commands then wait for a "
-        "poll, not for the next micro-batch. The next batch starts where the tasks got to; "
-        "under `cqrs run processor` it follows at once, also when nothing new arrived.",
+        "How long, counted from when Spark planned a micro-batch, its tasks go on processing "
+        "new commands of their partitions as they arrive, after the planned ones: commands "
+        "then wait for a poll, not for the next micro-batch. The next batch starts where the "
+        "tasks got to; under `cqrs run processor` it follows at once, also when nothing new "
+        "arrived. 0: tasks stop at their planned end, and batches come only for new commands.",
     )
     quiet_tasks: int = setting(
         0, "CQRS_PROCESSOR_QUIET_TASKS",
-        "Tasks that serve the commands topic while few commands wait (0: one per core under "
-        "`cqrs run processor`, ready for a burst; 1 where the processor shares its Spark driver, "
-        "as in `cqrs run app`, leaving the other cores to the other queries).",
+        "Tasks that serve the commands topic while fewer than 2,000 commands per extra task "
+        "wait (at most [processor] tasks; 0: one per core under `cqrs run processor`, ready "
+        "for a burst; 1 where the processor shares its Spark driver, as in `cqrs run app`, "
+        "leaving the other cores to the other queries).",
     )
     max_commands_per_batch: int = setting(
         100000, "CQRS_PROCESSOR_MAX_COMMANDS_PER_BATCH",
