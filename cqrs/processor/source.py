@@ -251,7 +251,7 @@ def claim_share(worker: Worker, task: Slices, positions: dict[int, Position]) ->
     if task.plan is None or task.shares is None:
         return task.ranges
     table, generation = worker.table, worker.generation
-    held = table.claims(generation, task.plan)
+    held = table.claims(generation, task.plan, len(task.shares))
     for share, holder in held.items():
         if holder == task.index:
             return task.shares[share]
@@ -261,7 +261,8 @@ def claim_share(worker: Worker, task: Slices, positions: dict[int, Position]) ->
 
     order = sorted(range(len(task.shares)), key=lambda k: (-mine(task.shares[k]), k != task.index, k))
     for share in order:
-        if share not in held and table.claim(generation, task.plan, share, task.index):
+        if share not in held and table.claim(generation, task.plan, share, task.index,
+                                             len(task.shares)):
             return task.shares[share]
     raise SourceError(
         f"task {task.index} of micro-batch {task.plan} found every share of its partitions "

@@ -14,7 +14,7 @@ Beside the rows, ``cqrs_processor_positions`` holds per state table and commands
 offset below which every command was applied (records and rows written), and which worker wrote
 it last: a task starts reading there, and a worker trusts its in-memory cache of a partition
 only while the position is still the one it wrote itself (see :mod:`cqrs.processor.partition`).
-``cqrs_processor_claims`` records which task of a micro-batch took which share of its
+``cqrs_processor_share_claims`` records which task of a micro-batch took which share of its
 partitions (see :mod:`cqrs.processor.source`), for a day.
 
 Rows live in one table per generation (``state_<app>_g<n>``); ``cqrs_state_generations`` names
@@ -49,6 +49,7 @@ __all__ = ["Position", "StateTable", "StateTableError", "StoredAggregate", "open
 
 _UNSAFE = re.compile(r"[^a-z0-9_]")
 CLAIMS_TTL_S = 86_400  # a micro-batch's claims outlive any re-run of it
+CLAIM_ATTEMPTS = 4
 _COLUMNS = ("aggregate_id", "aggregate_type", "version", "deleted", "record", "source_partition",
             "applied_offset", "commands")
 
@@ -119,9 +120,10 @@ class StateTable:
         cassandra.execute("CREATE TABLE IF NOT EXISTS cqrs_processor_positions (state_table text, "
                           "topic text, partition int, next_offset bigint, writer text, "
                           "PRIMARY KEY ((state_table), topic, partition))")
-        cassandra.execute("CREATE TABLE IF NOT EXISTS cqrs_processor_claims (state_table text, "
-                          "plan text, share int, task int, PRIMARY KEY ((state_table, plan), share)) "
-                          f"WITH default_time_to_live = {CLAIMS_TTL_S}")
+        # a partition per share: tasks taking different shares never contend in Paxos
+        cassandra.execute("CREATE TABLE IF NOT EXISTS cqrs_processor_share_claims (state_table "
+                          "text, plan text, share int, task int, PRIMARY KEY ((state_table, plan, "
+                          f"share))) WITH default_time_to_live = {CLAIMS_TTL_S}")
 
     # ---- generations ---------------------------------------------------------------------------
 
@@ -289,24 +291,40 @@ class StateTable:
 
     # ---- claims --------------------------------------------------------------------------------
 
-    def claims(self, generation: int, plan: str) -> dict[int, int]:
-        """Which task of micro-batch ``plan`` holds each of its shares: ``{share: task}``."""
-        stmt = self.cassandra.prepare("SELECT share, task FROM cqrs_processor_claims WHERE "
-                                      "state_table = ? AND plan = ?")
-        rows = self.cassandra.execute(stmt, (state_table_name(self.app_name, generation), plan))
-        return {r[0]: r[1] for r in rows}
+    def claims(self, generation: int, plan: str, shares: int) -> dict[int, int]:
+        """Which task of micro-batch ``plan`` holds each of its ``shares``: ``{share: task}``
+        (read at serial consistency: a claim whose transaction timed out is settled first)."""
+        from cassandra import ConsistencyLevel
+        from cassandra.query import BoundStatement
 
-    def claim(self, generation: int, plan: str, share: int, task: int) -> bool:
+        stmt = self.cassandra.prepare("SELECT share, task FROM cqrs_processor_share_claims WHERE "
+                                      "state_table = ? AND plan = ? AND share IN ?")
+        bound = BoundStatement(stmt, consistency_level=ConsistencyLevel.LOCAL_SERIAL)
+        bound.bind((state_table_name(self.app_name, generation), plan, list(range(shares))))
+        return {r[0]: r[1] for r in self.cassandra.execute(bound)}
+
+    def claim(self, generation: int, plan: str, share: int, task: int, shares: int) -> bool:
         """Take ``share`` of micro-batch ``plan`` for ``task`` unless another task holds it (a
-        lightweight transaction): whether ``task`` holds it now."""
+        lightweight transaction, tried again when it times out): whether ``task`` holds it."""
         stmt = self.cassandra.prepare(
-            "INSERT INTO cqrs_processor_claims (state_table, plan, share, task) VALUES (?, ?, ?, ?) "
-            "IF NOT EXISTS", write=True)
+            "INSERT INTO cqrs_processor_share_claims (state_table, plan, share, task) VALUES "
+            "(?, ?, ?, ?) IF NOT EXISTS", write=True)
         table = state_table_name(self.app_name, generation)
-        row = list(self.cassandra.execute(stmt, (table, plan, share, task)))[0]
-        if row[0]:
-            return True
-        return self.claims(generation, plan).get(share) == task
+        for attempt in range(CLAIM_ATTEMPTS):
+            try:
+                row = list(self.cassandra.execute(stmt, (table, plan, share, task)))[0]
+                if row[0]:
+                    return True
+                break
+            except StateTableError:  # e.g. a timeout: whether it took effect is read below
+                if attempt == CLAIM_ATTEMPTS - 1:
+                    raise
+                import time
+
+                time.sleep(0.05 * (attempt + 1))
+                if self.claims(generation, plan, shares).get(share) == task:
+                    return True
+        return self.claims(generation, plan, shares).get(share) == task
 
     def close(self) -> None:
         self.cassandra.close()

@@ -139,7 +139,7 @@ def test_each_task_of_a_batch_takes_its_own_share_the_one_its_worker_wrote_first
     assert claim_share(other, tasks[1], positions) == shares[0]
     # a retry of a task takes the share that task holds, whatever its worker wrote
     assert claim_share(other, tasks[0], positions) == shares[1]
-    assert table.claims(gen, "plan-a") == {1: 0, 0: 1}
+    assert table.claims(gen, "plan-a", 2) == {1: 0, 0: 1}
 
 
 def test_tasks_that_claim_at_once_never_take_the_same_share(fx: Fixture) -> None:
