@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -312,18 +313,13 @@ class StateTable:
         table = state_table_name(self.app_name, generation)
         for attempt in range(CLAIM_ATTEMPTS):
             try:
-                row = list(self.cassandra.execute(stmt, (table, plan, share, task)))[0]
-                if row[0]:
+                if list(self.cassandra.execute(stmt, (table, plan, share, task)))[0][0]:
                     return True
-                break
-            except StateTableError:  # e.g. a timeout: whether it took effect is read below
+                break  # held: by another task, or by this one through a timed-out attempt
+            except StateTableError:  # e.g. a timeout: it may have taken effect, try again
                 if attempt == CLAIM_ATTEMPTS - 1:
                     raise
-                import time
-
                 time.sleep(0.05 * (attempt + 1))
-                if self.claims(generation, plan, shares).get(share) == task:
-                    return True
         return self.claims(generation, plan, shares).get(share) == task
 
     def close(self) -> None:
