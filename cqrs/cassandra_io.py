@@ -109,6 +109,9 @@ def _emptied_after(wait: Callable[[], list[Any]], batches: list[Any]) -> Callabl
     return waited
 
 
+_SCHEMA_CHANGE = re.compile(r"\s*(CREATE|ALTER|DROP)\s", re.IGNORECASE)
+
+
 class CassandraSession:
     """A connected session on one keyspace (created when missing), with the helpers every
     Cassandra user of the framework needs. Thread-safe; close it when done."""
@@ -166,10 +169,7 @@ class CassandraSession:
                                protocol_version=4,
                                sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)], **kwargs)
         try:
-            self.session = self.cluster.connect()
-            self.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {quote(self.keyspace)} WITH "
-                                 f"replication = {replication}")
-            self._use_keyspace()
+            self.session = self._connect(replication)
         except Exception as exc:
             self.cluster.shutdown()
             raise error(
@@ -179,22 +179,25 @@ class CassandraSession:
         self._prepared: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def _use_keyspace(self, timeout_s: float = 60.0) -> None:
-        """``USE`` the keyspace on every connection. On several nodes a keyspace created a
-        moment ago (by us or by another process at the same time) may not have reached every
-        node yet ("Failed to set keyspace on all hosts"): wait for schema agreement and retry."""
-        import time
+    def _connect(self, replication: str) -> Any:
+        """A session whose every connection uses the keyspace, created first when missing.
 
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                self.session.set_keyspace(self.keyspace)
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                self.cluster.control_connection.wait_for_schema_agreement(wait_time=10)
-                time.sleep(0.5)
+        The keyspace is given to ``connect`` rather than set with ``USE`` afterwards: the
+        driver reports ``USE`` done when one node of several could not run it (its callback
+        passes on the errors of the last pool only), and that node's connection then fails
+        every unqualified statement with "No keyspace has been specified" (seen on two nodes,
+        with a keyspace another process had created a moment before). A session made with
+        the keyspace sets it on each connection as it opens, or keeps the node down until it
+        can. Schema agreement first, so that every node knows the keyspace."""
+        setup = self.cluster.connect()
+        try:
+            if self.keyspace not in self.cluster.metadata.keyspaces:
+                setup.execute(f"CREATE KEYSPACE IF NOT EXISTS {quote(self.keyspace)} WITH "
+                              f"replication = {replication}")
+            self.cluster.control_connection.wait_for_schema_agreement(wait_time=30)
+        finally:
+            setup.shutdown()
+        return self.cluster.connect(self.keyspace)
 
     def prepare(self, cql: str, write: bool = False) -> Any:
         """The prepared statement of ``cql`` (writes at the write consistency), prepared once."""
@@ -212,9 +215,16 @@ class CassandraSession:
         return stmt
 
     def execute(self, cql: str | Any, params: Sequence[Any] = ()) -> Any:
-        """One statement, synchronously."""
+        """One statement, synchronously. After a schema change (``CREATE``, ``ALTER``, ``DROP``)
+        it waits until every node has the new schema: the driver does so only when the
+        statement changed something, not when ``IF NOT EXISTS`` found what another process
+        created a moment before, and a node that has not seen that table yet fails reads of
+        it (``INCOMPATIBLE_SCHEMA``)."""
         try:
-            return self.session.execute(cql, params)
+            result = self.session.execute(cql, params)
+            if isinstance(cql, str) and _SCHEMA_CHANGE.match(cql):
+                self.cluster.control_connection.wait_for_schema_agreement(wait_time=30)
+            return result
         except Exception as exc:
             shown = getattr(cql, "query_string", cql)
             raise self.error(f"Cassandra statement {shown!r} failed: {exc}") from exc
