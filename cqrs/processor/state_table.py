@@ -302,6 +302,11 @@ class StateTable:
                                       "state_table = ? AND plan = ? AND share IN ?")
         bound = BoundStatement(stmt, consistency_level=ConsistencyLevel.LOCAL_SERIAL)
         bound.bind((state_table_name(self.app_name, generation), plan, list(range(shares))))
+        for attempt in range(CLAIM_ATTEMPTS - 1):  # a serial read may time out under contention
+            try:
+                return {r[0]: r[1] for r in self.cassandra.execute(bound)}
+            except StateTableError:
+                time.sleep(0.05 * (attempt + 1))
         return {r[0]: r[1] for r in self.cassandra.execute(bound)}
 
     def claim(self, generation: int, plan: str, share: int, task: int, shares: int) -> bool:
