@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,8 @@ from cqrs.devstack.artifacts import require_installed
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["connector_jars", "spark_conf", "spark_session", "wait_until_started", "with_trigger"]
+__all__ = ["connector_jars", "spark_conf", "spark_session", "stop_between_batches",
+           "wait_until_started", "with_trigger"]
 
 FS_CHECKPOINT_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
@@ -144,3 +145,40 @@ def wait_until_started(query: Any, timeout_s: float = 180.0) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+STOP_GRACE_S = 30.0
+
+
+def stop_between_batches(queries: Sequence[tuple[Any, Callable[[], object] | None]],
+                         grace_s: float = STOP_GRACE_S) -> None:
+    """Stop streaming queries between their micro-batches, each given with its ``drain`` or None.
+
+    ``query.stop()`` alone interrupts the running micro-batch: its tasks are killed half-way
+    (harmless for what they write, a re-run rewrites it, but the log then shows a query that
+    failed and Python workers that crashed), and a serving processor always has one running.
+    So a query with a ``drain`` (the processor's: touching its stop file, see
+    :func:`cqrs.processor.job.start_processor`) is drained first and stopped once its running
+    batch ended and none followed; any other once no batch of it runs. After ``grace_s``,
+    whatever still runs is stopped as it is."""
+    import time
+
+    for query, drain in queries:
+        if drain is not None and query.isActive:
+            drain()
+    waiting = list(queries)
+    deadline = time.monotonic() + grace_s
+    while waiting:
+        late = time.monotonic() > deadline
+        still = []
+        for query, drain in waiting:
+            status = query.status if query.isActive else None
+            idle = status is None or (not status.get("isTriggerActive") and
+                                      (drain is None or not status.get("isDataAvailable")))
+            if idle or late:
+                query.stop()
+            else:
+                still.append((query, drain))
+        waiting = still
+        if waiting:
+            time.sleep(0.05)

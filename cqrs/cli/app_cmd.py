@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import threading
+from pathlib import Path
 from typing import Any
 
 from cqrs.cli.run_cmd import job_parsers
@@ -79,6 +80,7 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
     from cqrs.ops.supervisor import QuerySpec, Supervisor
     from cqrs.processor.job import ProcessorOptions, checkpoint_for, start_processor
     from cqrs.processor.partition import SliceStats
+    from cqrs.processor.source import new_stop_file
     from cqrs.spark_session import spark_session
     from cqrs.topics import topics_for
     from projections.model import select
@@ -98,12 +100,15 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
                     dead_letters_written=s.dead_letters, read_s=s.read_s, step_s=s.step_s,
                     produce_s=s.produce_s, write_s=s.write_s, cpu_s=s.cpu_s)
 
+    stop_file = new_stop_file()
+
     def start_proc(_: int | None) -> Any:
         opts = ProcessorOptions(app_ref=app_ref, checkpoint=checkpoint_for(cfg, app.name),
                                 trigger_interval=trigger)
-        return start_processor(spark, cfg, opts, on_batch=on_processor_batch)
+        return start_processor(spark, cfg, opts, on_batch=on_processor_batch, stop_file=stop_file)
 
-    specs = [QuerySpec("processor", "processor", topics.commands, start_proc)]
+    specs = [QuerySpec("processor", "processor", topics.commands, start_proc,
+                       drain=Path(stop_file).touch)]
     store = cached_store(cfg) if projectors and app.projections else None
     for p in select(app, ()) if store is not None else []:
         specs.append(_projector_spec(spark, cfg, app_ref, p, store, trigger, board,

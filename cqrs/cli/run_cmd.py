@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from cqrs.config import CqrsConfig
@@ -20,11 +22,16 @@ def say(message: str) -> None:
     print(f"{_dt.datetime.now():%H:%M:%S} {message}", flush=True)
 
 
-def serve_query(query: Any) -> int:
+def serve_query(query: Any, drain: Callable[[], object] | None = None) -> int:
     """Keep a job's streaming query running until it ends, SIGTERM or Ctrl-C; stop it between
-    batches and return the exit code (1 when the query failed, with its error said)."""
+    batches (``drain``: see :func:`~cqrs.spark_session.stop_between_batches`) and return the exit
+    code (1 when the query failed, with its error said)."""
     import signal
     import threading
+
+    from py4j.protocol import Py4JError
+
+    from cqrs.spark_session import stop_between_batches
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -33,8 +40,17 @@ def serve_query(query: Any) -> int:
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
-    error = query.exception()
-    query.stop()
+    try:
+        error = query.exception()
+        if error is None and query.isActive:
+            say("stopping after the running micro-batch")
+            stop_between_batches([(query, drain)])
+        else:
+            query.stop()
+    except Py4JError:  # the JVM is gone: it was signalled too, e.g. with the process group
+        say("stopped: the Spark JVM ended before its query (send SIGTERM to this process only "
+            "to let the running micro-batch finish)")
+        return 0
     if error is not None:
         say(f"stopped: {error}")
         return 1
@@ -66,6 +82,7 @@ def _run_processor(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     from cqrs.loading import load_app
     from cqrs.processor.job import ProcessorOptions, checkpoint_for, start_processor
     from cqrs.processor.partition import SliceStats
+    from cqrs.processor.source import new_stop_file
     from cqrs.spark_session import spark_session
 
     app = load_app(args.app)
@@ -89,13 +106,9 @@ def _run_processor(cfg: CqrsConfig, args: argparse.Namespace) -> int:
               f"{s.dead_letters} dead letters, {s.skipped} already applied, "
               f"{rate:,.0f} commands/s", flush=True)
 
+    stop_file = new_stop_file()
     query = start_processor(spark, cfg, opts, available_now=args.available_now, on_batch=on_batch,
-                            continuous=True)  # the processor has this driver to itself
+                            continuous=True,  # the processor has this driver to itself
+                            stop_file=stop_file)
     print(f"processor for {app.name!r} running; checkpoint {opts.checkpoint}", flush=True)
-    try:
-        while query.isActive:
-            time.sleep(1.0)
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-    return 0
+    return serve_query(query, drain=Path(stop_file).touch)

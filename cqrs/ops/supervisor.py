@@ -34,6 +34,9 @@ class QuerySpec:
     input_topic: str
     start: Callable[[int | None], Any]
     generation: Callable[[], int | None] = _no_generation
+    # asks the running query to plan no more micro-batches, so it stops between two of them
+    # (see cqrs.spark_session.stop_between_batches); None: it is stopped once no batch runs
+    drain: Callable[[], object] | None = None
 
 
 @attrs.define
@@ -139,7 +142,13 @@ class Supervisor:
         self._stop.set()
 
     def stop_queries(self) -> None:
+        """Stop every running query between its micro-batches (all drained at once)."""
+        from cqrs.spark_session import stop_between_batches
+
+        running = [(slot.query, slot.spec.drain) for slot in self._slots
+                   if slot.query is not None and slot.query.isActive]
+        if running:
+            self._say("stopping after the running micro-batches")
+            stop_between_batches(running)
         for slot in self._slots:
-            if slot.query is not None and slot.query.isActive:
-                slot.query.stop()
             self.board.set_state(slot.spec.name, "stopped")

@@ -150,7 +150,7 @@ def _tasks(cfg: CqrsConfig, spark: SparkSession) -> int:
 
 def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
                     *, available_now: bool = False, starting_offsets: str = "earliest",
-                    name_suffix: str = "", continuous: bool = False,
+                    name_suffix: str = "", continuous: bool = False, stop_file: str | None = None,
                     on_batch: Callable[[int, SliceStats], None] | None = None) -> StreamingQuery:
     """Create the topics and the state table if missing, publish the app's schemas and start the
     query (on the current state generation unless ``opts`` names one).
@@ -159,7 +159,11 @@ def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions
     serving tasks run back to back also when nothing arrives, one per core unless ``[processor]
     quiet_tasks`` says otherwise, so a burst is taken at once. Otherwise micro-batches follow
     commands as they arrive, a quiet stream is served by one task and the other cores stay free
-    for the driver's other queries (and ``processAllAvailable`` returns)."""
+    for the driver's other queries (and ``processAllAvailable`` returns).
+
+    ``stop_file`` (from :func:`~cqrs.processor.source.new_stop_file`): touching it makes the
+    source plan no more micro-batches, so the query can be stopped between two of them
+    (:func:`~cqrs.spark_session.stop_between_batches`) instead of in the middle of one."""
     from cqrs.loading import load_app
     from cqrs.processor.source import (
         SOURCE_NAME, SourceSettings, command_source_options, register_source,
@@ -185,7 +189,8 @@ def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions
     quiet = cfg.processor.quiet_tasks or (tasks if continuous else 1)
     settings = SourceSettings(cfg, opts, topics.commands, starting_offsets, tasks=tasks,
                               serve_s=0.0 if available_now else cfg.processor.serve_seconds,
-                              quiet_tasks=min(tasks, quiet), continuous=continuous and not available_now)
+                              quiet_tasks=min(tasks, quiet), continuous=continuous and not available_now,
+                              stop_file=stop_file)
     source = (spark.readStream.format(SOURCE_NAME).options(**command_source_options(settings))
               .load())
 

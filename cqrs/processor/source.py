@@ -22,10 +22,14 @@ hand records to Python too but in bulk columns, keep the connector.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
+import os
 import pickle
+import tempfile
 import time
+import uuid
 import zlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -47,7 +51,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SOURCE_NAME", "STATS_SCHEMA", "TICK", "CommandReader", "CommandSource", "Slices",
-    "SourceError", "SourceSettings", "claim_share", "command_source_options", "register_source",
+    "SourceError", "SourceSettings", "claim_share", "command_source_options", "new_stop_file",
+    "register_source",
 ]
 
 SOURCE_NAME = "cqrs-commands"
@@ -70,6 +75,15 @@ class SourceSettings:
     serve_s: float = 0.0  # how long a task goes on with new commands after its planned ones
     quiet_tasks: int = 1  # tasks that serve when few commands wait (at most ``tasks``)
     continuous: bool = False  # serving, batches follow each other also when nothing new came
+    # a path on the driver's host: once a file is there, no further micro-batch is planned (a
+    # stop between batches: the running one ends, then the query is idle and stops cleanly)
+    stop_file: str | None = None
+
+
+def new_stop_file() -> str:
+    """A fresh path for :attr:`SourceSettings.stop_file` (nothing is created): touch it to have
+    the source plan no more micro-batches; the source removes it when its query stops."""
+    return os.path.join(tempfile.gettempdir(), f"cqrs-stop-{uuid.uuid4().hex}")
 
 
 def command_source_options(settings: SourceSettings) -> dict[str, str]:
@@ -153,6 +167,8 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
         return ReadMaxRows(cap) if cap else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: Any) -> dict:  # noqa: N802
+        if self.settings.stop_file is not None and os.path.exists(self.settings.stop_file):
+            return start  # stopping: nothing new, so no further micro-batch
         ends = {str(p): high for p, (_, high) in self._marks().items()}
         if self._target is not None:
             ends = {p: min(o, self._target.get(p, o)) for p, o in ends.items()}
@@ -227,6 +243,9 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
         if self._offsets is not None:
             self._offsets.close()
             self._offsets = None
+        if self.settings.stop_file is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.settings.stop_file)
 
 
 class CommandSource(DataSource):  # type: ignore[misc]

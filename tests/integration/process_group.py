@@ -16,15 +16,24 @@ __all__ = ["Jobs", "stop"]
 
 
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, grace_s: float = 60.0) -> None:
-    """Send ``sig`` to the group of ``proc`` if it still runs, wait ``grace_s``, then SIGKILL."""
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, sig)
+    """Stop ``proc`` if it still runs: SIGTERM to the ``cqrs`` process alone (it stops its
+    queries between micro-batches, then its JVM; a JVM signalled too would end at once), any
+    other signal to its whole group; after ``grace_s`` SIGKILL, then SIGKILL to whatever of
+    the group is left."""
+    if proc.poll() is None:
+        if sig == signal.SIGTERM:
+            os.kill(proc.pid, sig)
+        else:
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     try:
-        proc.wait(grace_s)
-    except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    except (ProcessLookupError, PermissionError):  # the group is gone already
+        pass
 
 
 @attrs.define

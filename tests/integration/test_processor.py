@@ -35,6 +35,7 @@ class Workload:
 
     def __init__(self, cfg: CqrsConfig, prefix: str, checkpoint_root: Path) -> None:
         self.cfg = cfg
+        self.prefix = prefix
         self.topics = topics_for(app.name, prefix)
         ensure_topics(cfg, self.topics)
         self.producer = make_producer(cfg)
@@ -58,6 +59,20 @@ class Workload:
         assert self.producer.flush(30) == 0
         opts = ProcessorOptions(APP_REF, topics=self.topics, checkpoint=self.checkpoint)
         start_processor(spark, self.cfg, opts, available_now=True).awaitTermination()
+
+    def cli(self, *extra: str) -> tuple[list[str], dict[str, str]]:
+        """Argv and environment of ``cqrs run processor`` on this workload's topics and
+        checkpoint, with ``extra`` options."""
+        env = {**os.environ, "CQRS_KAFKA_TOPIC_PREFIX": self.prefix,
+               "CQRS_KAFKA_BOOTSTRAP": self.cfg.kafka.bootstrap_servers,
+               "CQRS_SPARK_CHECKPOINT_DIR": str(Path(self.checkpoint).parent / "ck")}
+        return [sys.executable, "-m", "cqrs.cli.main", "run", "processor", APP_REF,
+                "--checkpoint", self.checkpoint, *extra], env
+
+    def process_available(self) -> None:
+        """``cqrs run processor --available-now``, in a process of its own."""
+        argv, env = self.cli("--available-now")
+        subprocess.run(argv, env=env, check=True, capture_output=True, timeout=300)
 
     def results(self) -> dict[str, CommandResult]:
         return {r.command_id: r for r in
@@ -190,19 +205,53 @@ def test_poison_records_are_dead_lettered_and_the_aggregate_keeps_working(
     assert (results[ok].status, results[ok].version) == ("accepted", 2)
 
 
+def test_sigterm_stops_the_processor_between_micro_batches(
+    cqrs_config: CqrsConfig, unique_name: str, tmp_path: Path
+) -> None:
+    """SIGTERM to ``cqrs run processor`` while a micro-batch serves a burst: the running batch
+    ends, no other starts, the query stops cleanly (exit 0, no failed query, no crashed
+    worker); every command sent before is answered once, by that run or the next."""
+    work = Workload(cqrs_config, unique_name + "-", tmp_path)
+    argv, env = work.cli()
+    log = tmp_path / "processor.log"
+    opened = work.send("acc-1", OpenAccount("ann"))
+    work.producer.flush(30)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while opened not in work.results():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(1)
+        for n in range(3000):  # a burst: a batch serves it when the signal comes
+            work.send("acc-1", Deposit(1 + n % 9))
+        work.producer.flush(30)
+        time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGTERM)  # the driver only, as Kubernetes or `kill` would
+        assert proc.wait(90) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert "stopping after the running micro-batch" in text
+    for sign in ("terminated with error", "exited unexpectedly", "Traceback", "ERROR"):
+        assert sign not in text, text[-3000:]
+    work.process_available()  # whatever the stopped run left: all answered once
+    results = work.results()
+    assert set(results) == set(work.sent)
+    assert sorted(r.version for r in results.values()) == list(range(1, len(work.sent) + 1))
+
+
 def test_sigkill_and_restart_keeps_every_invariant(
     cqrs_config: CqrsConfig, unique_name: str, tmp_path: Path
 ) -> None:
     """Kill the processor (and its Python workers) with SIGKILL at random moments while
     commands flow; after restarts every command has exactly one answer, versions are
     contiguous, and anything written twice is byte-identical."""
-    prefix = unique_name + "-"
-    work = Workload(cqrs_config, prefix, tmp_path)
-    env = {**os.environ, "CQRS_KAFKA_TOPIC_PREFIX": prefix,
-           "CQRS_KAFKA_BOOTSTRAP": cqrs_config.kafka.bootstrap_servers,
-           "CQRS_SPARK_CHECKPOINT_DIR": str(tmp_path / "ck")}
-    argv = [sys.executable, "-m", "cqrs.cli.main", "run", "processor", APP_REF,
-            "--checkpoint", work.checkpoint, "--max-offsets-per-trigger", "200"]
+    work = Workload(cqrs_config, unique_name + "-", tmp_path)
+    argv, env = work.cli("--max-offsets-per-trigger", "200")
 
     def start() -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
