@@ -48,6 +48,13 @@ def _diff(expected: Any, actual: Any) -> str:
     return "\n".join(lines)
 
 
+def _attribute_names(state: Any) -> list[str]:
+    """The public attributes of a state object, for an error message."""
+    if attrs.has(type(state)):
+        return [f.name for f in attrs.fields(type(state)) if not f.name.startswith("_")]
+    return sorted(k for k in vars(state) if not k.startswith("_")) if hasattr(state, "__dict__") else []
+
+
 class AggregateTest:
     """Entry point: ``AggregateTest(app_or_model, AggregateClass)``."""
 
@@ -199,6 +206,12 @@ class When:
         state = self.state
         if state is None:
             raise AssertionError(f"{self._describe()}: no state (new and untouched, or deleted)")
+        unknown = sorted(k for k in expected if not hasattr(state, k))
+        if unknown:
+            raise AssertionError(
+                f"{self._describe()}: {type(state).__qualname__} has no attribute "
+                f"{', '.join(map(repr, unknown))}: then_state takes the state's attribute names "
+                f"({', '.join(_attribute_names(state))})")
         actual = {k: getattr(state, k) for k in expected}
         if actual != expected:
             raise AssertionError(f"{self._describe()}: state differs:\n{_diff(expected, actual)}")

@@ -4,8 +4,8 @@
 - a ```python live block needs the real stack: ``test_live_doc_examples_run`` (marked
   ``integration``) runs the whole file, live blocks included, in a fresh process with command
   processors running for the apps the docs use (``cqrs.testing.example_app:app`` and
-  ``domain_examples.bank:app``) on topics and checkpoints of its own. The preamble gives live
-  blocks ``cfg`` (and ``spark``, ``app``, ``checkpoint`` where a page needs them).
+  ``domain_examples.bank:app``) on topics and checkpoints of its own. A page's live blocks
+  define what they use (``cfg = load_config()`` first), so they run as copied.
 """
 
 from __future__ import annotations
@@ -26,19 +26,6 @@ DOCS = ROOT / "docs"
 BLOCK = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
 DOC_FILES = [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]
 LIVE_APPS = ("cqrs.testing.example_app:app", "domain_examples.bank:app")
-PREAMBLE = """
-from cqrs.config import load_config
-cfg = load_config()
-"""
-EXTRA_PREAMBLE = {
-    "operations.md": """
-from cqrs.processor.job import checkpoint_for
-from cqrs.spark_session import spark_session
-from cqrs.testing.example_app import app
-spark = spark_session(cfg, "docs-operations")
-checkpoint = checkpoint_for(cfg, app.name)
-""",
-}
 
 
 def _blocks(path: Path, *, live: bool) -> list[tuple[int, str]]:
@@ -79,10 +66,9 @@ def test_doc_examples_run(path: Path) -> None:
 
 _RUNNER = """
 import json, sys, types
-path, preamble, blocks = sys.argv[1], sys.argv[2], json.load(sys.stdin)
+path, blocks = sys.argv[1], json.load(sys.stdin)
 module = types.ModuleType("docs_live")
 sys.modules["docs_live"] = module
-exec(compile(preamble, path + ":preamble", "exec"), module.__dict__)
 for line, code in blocks:
     exec(compile(code, f"{path}:{line}", "exec"), module.__dict__)
 print("ran", len(blocks), "blocks")
@@ -107,9 +93,8 @@ def test_live_doc_examples_run(cqrs_config: Any, spark: Any, unique_name: str, t
                        key=lambda p: (p.name != "client.md", p.name))
         assert pages, "no live examples found"
         for path in pages:
-            preamble = PREAMBLE + EXTRA_PREAMBLE.get(path.name, "")
             done = subprocess.run(
-                [sys.executable, "-c", _RUNNER, str(path), preamble],
+                [sys.executable, "-c", _RUNNER, str(path)],
                 input=json.dumps(_blocks(path, live=True)), capture_output=True, text=True,
                 timeout=600, env=env, cwd=ROOT)
             assert done.returncode == 0, f"{path.name}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"

@@ -37,6 +37,11 @@ def test_open_account(account: AggregateTest) -> None:
     account.when(OpenAccount("ann")).then_state(owner="ann", is_open=True, balance_cents=0)
 
 
+def test_then_state_names_an_unknown_attribute(account: AggregateTest) -> None:
+    with pytest.raises(AssertionError, match="no attribute 'balance'.*balance_cents"):
+        account.when(OpenAccount("ann")).then_state(balance=0)
+
+
 def test_open_twice_or_without_owner_is_rejected(account: AggregateTest) -> None:
     account.given(AccountOpened("ann")).when(OpenAccount("bob")).then_rejected("ann", code="already_open")
     account.when(OpenAccount("  ")).then_rejected(code="invalid_owner")
