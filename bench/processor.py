@@ -33,9 +33,11 @@ At the end: a Markdown table with every figure, its ratio to ours and the load a
 each run; the figures as JSON in ``bench/results/<timestamp>.json``; and with ``--plot``
 (default on) PNGs under ``docs/img/`` (``bench/report.py`` redraws them from a JSON file).
 
-Services started less than 15 minutes before (``WARM_AFTER_S``) get a warning: their JVMs may
-still be compiling (a run 2 minutes after ``cqrs dev up`` measured Kafka at 24.6 µs of CPU per
-command against 5.5 in the next run, and ours 51 % lower at 1,000 aggregates).
+Before anything is measured, one untimed run of ours (100,000 deposits over 1,000 aggregates;
+``--no-warm-up`` skips it) brings the services' JVMs to speed: they compile under load, not
+with time. The first runs on a stack that had processed nothing yet measured Kafka at 14-25 µs
+of CPU per command against 3-6 warmed, Cassandra at 14-17 against 2-6, and the stateless floor
+a third lower, 2 and 16 minutes after ``cqrs dev up``.
 
 Needs the local stack (``cqrs dev up``) or CQRS_* settings naming one, and the ``bench`` extra
 (``pip install -e '.[test,bench]'``). Uses fresh topics.
@@ -184,9 +186,6 @@ def stack_pids(cfg: CqrsConfig) -> dict[str, int]:
     return {s.name: s.pid for s in DevStack(cfg).status() if s.pid is not None}
 
 
-WARM_AFTER_S = 900  # the services' JVMs reach their speed after about this long (JIT)
-
-
 def services_uptime(cfg: CqrsConfig) -> dict[str, float]:
     """Seconds since each dev-stack service process started (from /proc)."""
     ticks = os.sysconf("SC_CLK_TCK")
@@ -318,6 +317,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="deposits per throughput run (default: 100,000, at least one per aggregate)")
     parser.add_argument("--rate", type=float, default=500.0, help="offered commands/s of the latency runs")
     parser.add_argument("--seconds", type=float, default=30.0, help="length of the latency runs")
+    parser.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
+                        help="one untimed run of ours first, so the services' JVMs are compiled")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--no-throughput", action="store_true")
     parser.add_argument("--ours", action=argparse.BooleanOptionalAction, default=True,
@@ -340,11 +341,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+WARM_UP_AGGREGATES, WARM_UP_COMMANDS = 1000, 100_000
+
+
 def spark_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) -> None:
     """Ours, then the floor, in one Spark session, stopped at the end (the peers run after)."""
     spark = spark_session(cfg, "cqrs-bench-processor")
     latency_context = {"aggregates": LATENCY_AGGREGATES, "rate_per_s": args.rate, "seconds": args.seconds}
     try:
+        if args.warm_up and (args.ours or args.floor):
+            print(f"\n== warm-up, not recorded: {WARM_UP_COMMANDS:,} deposits over "
+                  f"{WARM_UP_AGGREGATES:,} aggregates (the services' JVMs compile under load)",
+                  flush=True)
+            throughput(cfg, spark, WARM_UP_AGGREGATES, WARM_UP_COMMANDS)
         if args.ours and not args.no_throughput:
             for aggregates in args.aggregates:
                 m = commands_for(aggregates, args.commands)
@@ -377,12 +386,7 @@ def main(argv: list[str] | None = None) -> None:
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
     print(f"machine: {meta['machine']['summary']}; code {meta['code']['commit']}"
           f"{' (framework modified)' if meta['code']['framework_modified'] else ''}", flush=True)
-    meta["services_uptime_s"] = uptime = services_uptime(cfg)
-    young = {name: s for name, s in uptime.items() if s < WARM_AFTER_S}
-    if young:
-        print(f"WARNING: {', '.join(f'{n} started {s:.0f} s ago' for n, s in young.items())}: "
-              f"a JVM may still be warming up; figures from the first {WARM_AFTER_S // 60} "
-              "minutes after `cqrs dev up` can be low (see docs/benchmarks.md)", flush=True)
+    meta["services_uptime_s"] = services_uptime(cfg)
     rows: list[Row] = []
     if (args.ours or args.floor) and not (args.no_throughput and args.no_latency):
         try:
