@@ -177,6 +177,20 @@ def _log_axis(axis: Any, fmt: str) -> None:
     axis.set_minor_formatter(FuncFormatter(label))
 
 
+def _widen_to_labels(ax: Any) -> None:
+    """Widen a log y range to the nearest labelled values (1, 2 or 5 times a power of ten)
+    around it, so a narrow range (20,000-42,000/s) still shows numbers on its axis."""
+    import math
+
+    def steps(lo: float, hi: float) -> list[float]:
+        return [m * 10 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+                for m in (1, 2, 5)]
+
+    lo, hi = ax.get_ylim()
+    marks = steps(lo, hi)
+    ax.set_ylim(max(v for v in marks if v <= lo), min(v for v in marks if v >= hi))
+
+
 def _compact(value: float) -> str:
     """1000 -> 1k, 1000000 -> 1M."""
     for unit, size in (("M", 1e6), ("k", 1e3)):
@@ -213,6 +227,7 @@ def plot_throughput(rows: Sequence[Row], path: Path, title: str) -> Path | None:
     ax.set_yscale("log")
     _log_axis(ax.xaxis, "compact")
     _log_axis(ax.yaxis, ",.0f")
+    _widen_to_labels(ax)
     ax.set_xlabel("aggregates (log)")
     ax.set_ylabel("commands/s (log)")
     ax.set_title(title, fontsize=10)
