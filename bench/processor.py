@@ -186,20 +186,6 @@ def stack_pids(cfg: CqrsConfig) -> dict[str, int]:
     return {s.name: s.pid for s in DevStack(cfg).status() if s.pid is not None}
 
 
-def services_uptime(cfg: CqrsConfig) -> dict[str, float]:
-    """Seconds since each dev-stack service process started (from /proc)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    boot = time.time() - float(Path("/proc/uptime").read_text().split()[0])
-    out = {}
-    for name, pid in stack_pids(cfg).items():
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[name] = round(time.time() - (boot + int(fields[19]) / ticks))
-    return out
-
-
 def batch_report(query: Any) -> dict[str, Any]:
     """Where the micro-batches spent their time (Spark's own progress reports); printed too."""
     batches = [p for p in query.recentProgress if p.get("numInputRows")]
@@ -386,7 +372,6 @@ def main(argv: list[str] | None = None) -> None:
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
     print(f"machine: {meta['machine']['summary']}; code {meta['code']['commit']}"
           f"{' (framework modified)' if meta['code']['framework_modified'] else ''}", flush=True)
-    meta["services_uptime_s"] = services_uptime(cfg)
     rows: list[Row] = []
     if (args.ours or args.floor) and not (args.no_throughput and args.no_latency):
         try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from cqrs.config import CqrsConfig

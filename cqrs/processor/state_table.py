@@ -36,7 +36,7 @@ import re
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -51,6 +51,7 @@ __all__ = ["Position", "StateTable", "StateTableError", "StoredAggregate", "open
 _UNSAFE = re.compile(r"[^a-z0-9_]")
 CLAIMS_TTL_S = 86_400  # a micro-batch's claims outlive any re-run of it
 CLAIM_ATTEMPTS = 4
+T = TypeVar("T")
 _COLUMNS = ("aggregate_id", "aggregate_type", "version", "deleted", "record", "source_partition",
             "applied_offset", "commands")
 
@@ -302,12 +303,7 @@ class StateTable:
                                       "state_table = ? AND plan = ? AND share IN ?")
         bound = BoundStatement(stmt, consistency_level=ConsistencyLevel.LOCAL_SERIAL)
         bound.bind((state_table_name(self.app_name, generation), plan, list(range(shares))))
-        for attempt in range(CLAIM_ATTEMPTS - 1):  # a serial read may time out under contention
-            try:
-                return {r[0]: r[1] for r in self.cassandra.execute(bound)}
-            except StateTableError:
-                time.sleep(0.05 * (attempt + 1))
-        return {r[0]: r[1] for r in self.cassandra.execute(bound)}
+        return _retried(lambda: {r[0]: r[1] for r in self.cassandra.execute(bound)})
 
     def claim(self, generation: int, plan: str, share: int, task: int, shares: int) -> bool:
         """Take ``share`` of micro-batch ``plan`` for ``task`` unless another task holds it (a
@@ -316,19 +312,24 @@ class StateTable:
             "INSERT INTO cqrs_processor_share_claims (state_table, plan, share, task) VALUES "
             "(?, ?, ?, ?) IF NOT EXISTS", write=True)
         table = state_table_name(self.app_name, generation)
-        for attempt in range(CLAIM_ATTEMPTS):
-            try:
-                if list(self.cassandra.execute(stmt, (table, plan, share, task)))[0][0]:
-                    return True
-                break  # held: by another task, or by this one through a timed-out attempt
-            except StateTableError:  # e.g. a timeout: it may have taken effect, try again
-                if attempt == CLAIM_ATTEMPTS - 1:
-                    raise
-                time.sleep(0.05 * (attempt + 1))
+        if _retried(lambda: list(self.cassandra.execute(stmt, (table, plan, share, task)))[0][0]):
+            return True
+        # held: by another task, or by this one through an attempt that timed out but took effect
         return self.claims(generation, plan, shares).get(share) == task
 
     def close(self) -> None:
         self.cassandra.close()
+
+
+def _retried(call: Callable[[], T]) -> T:
+    """``call()``, tried again after a :class:`StateTableError` (a lightweight transaction or
+    serial read timing out under contention), :data:`CLAIM_ATTEMPTS` times in all."""
+    for attempt in range(CLAIM_ATTEMPTS - 1):
+        try:
+            return call()
+        except StateTableError:
+            time.sleep(0.05 * (attempt + 1))
+    return call()
 
 
 def open_state_table(cfg: CqrsConfig, topics: AppTopics) -> StateTable:

@@ -25,6 +25,7 @@ from cqrs.results import CommandResult
 from cqrs.testing.example import CloseAccount, Deposit, Deposited, Explode, OpenAccount, Withdraw
 from cqrs.testing.example_app import app
 from cqrs.topics import ensure_topics, topics_for
+from process_group import stop
 
 APP_REF = "cqrs.testing.example_app:app"
 T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
@@ -231,9 +232,7 @@ def test_sigterm_stops_the_processor_between_micro_batches(
         os.kill(proc.pid, signal.SIGTERM)  # the driver only, as Kubernetes or `kill` would
         assert proc.wait(90) == 0, log.read_text()[-3000:]
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop(proc, signal.SIGKILL)  # nothing left of it, whatever happened
     text = log.read_text(errors="replace")
     assert "stopping after the running micro-batch" in text
     for sign in ("terminated with error", "exited unexpectedly", "Traceback", "ERROR"):
