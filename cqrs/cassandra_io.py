@@ -194,10 +194,22 @@ class CassandraSession:
             if self.keyspace not in self.cluster.metadata.keyspaces:
                 setup.execute(f"CREATE KEYSPACE IF NOT EXISTS {quote(self.keyspace)} WITH "
                               f"replication = {replication}")
-            self.cluster.control_connection.wait_for_schema_agreement(wait_time=30)
+            self._await_schema_agreement()
         finally:
             setup.shutdown()
         return self.cluster.connect(self.keyspace)
+
+    def _await_schema_agreement(self, timeout_s: float = 120.0) -> None:
+        """Wait until every node reports the same schema. The driver's wait gives up quietly;
+        on a starved node a schema change took longer than its 10 s, and reads of the new
+        table then failed there (``INCOMPATIBLE_SCHEMA``)."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while not self.cluster.control_connection.wait_for_schema_agreement(wait_time=10):
+            if time.monotonic() > deadline:
+                raise self.error(f"the Cassandra nodes do not agree on the schema after "
+                                 f"{timeout_s:.0f} s: is one of them down or overloaded?")
 
     def prepare(self, cql: str, write: bool = False) -> Any:
         """The prepared statement of ``cql`` (writes at the write consistency), prepared once."""
@@ -223,7 +235,7 @@ class CassandraSession:
         try:
             result = self.session.execute(cql, params)
             if isinstance(cql, str) and _SCHEMA_CHANGE.match(cql):
-                self.cluster.control_connection.wait_for_schema_agreement(wait_time=30)
+                self._await_schema_agreement()
             return result
         except Exception as exc:
             shown = getattr(cql, "query_string", cql)
