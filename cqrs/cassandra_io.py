@@ -197,7 +197,19 @@ class CassandraSession:
             self._await_schema_agreement()
         finally:
             setup.shutdown()
-        return self.cluster.connect(self.keyspace)
+        import time
+
+        from cassandra.cluster import NoHostAvailable
+
+        deadline = time.monotonic() + 60
+        while True:  # a node may still lack a keyspace made a moment ago by another process
+            try:
+                return self.cluster.connect(self.keyspace)
+            except NoHostAvailable:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+                self._await_schema_agreement()
 
     def _await_schema_agreement(self, timeout_s: float = 120.0) -> None:
         """Wait until every node reports the same schema. The driver's wait gives up quietly;
