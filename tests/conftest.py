@@ -7,6 +7,8 @@
   that are already running elsewhere, set ``CQRS_TEST_EXTERNAL=1`` plus the usual
   ``CQRS_KAFKA_BOOTSTRAP`` / ``CQRS_CASSANDRA_HOSTS`` / ``CQRS_CASSANDRA_PORT``.
 - ``CQRS_TEST_KEEP_STACK=1`` leaves a stack this session started running afterwards.
+- ``CQRS_TEST_KEEP_NAMES=1`` skips the clean-up below: for a session that runs beside another
+  one on the same stack (the clean-up would delete the other's names too).
 - Test topics (``t-...``), keyspaces (``t_...``) and tables of the configured keyspace that
   appeared during the session are deleted at its end, so a dev stack that lives across runs
   does not pile them up.
@@ -81,6 +83,9 @@ def _throwaway_names_removed(cfg: CqrsConfig) -> Iterator[None]:
     at a time against a stack."""
     from cqrs.topics import delete_topics, list_topics
 
+    if _flag("CQRS_TEST_KEEP_NAMES"):
+        yield
+        return
     keyspace = cfg.cassandra.keyspace
     topics_before = list_topics(cfg, TEST_TOPIC_PREFIX)
     with _cql_session(cfg) as session:
