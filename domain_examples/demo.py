@@ -308,7 +308,7 @@ class Demo:
                 starts.append(lambda: start_retrier(spark, self.cfg,
                                                     RetrierOptions(APP_REFS["bank"])))
                 starts += [lambda pm=pm: start_process_manager(
-                    spark, self.cfg, ProcessManagerOptions(APP_REFS["lending"], pm.name))
+                    self.cfg, ProcessManagerOptions(APP_REFS["lending"], pm.name))
                     for pm in apps["lending"].process_managers]
                 for start in starts:  # one at a time: see wait_until_started
                     queries.append(start())

@@ -116,7 +116,7 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
     if retrier and app.retries.transient:
         specs.append(_retrier_spec(spark, cfg, app_ref, board, topics.dead_letters))
     if process_managers:
-        specs += [_process_manager_spec(spark, cfg, app_ref, pm.name, trigger, board, topics.events)
+        specs += [_process_manager_spec(cfg, app_ref, pm.name, board, topics.events)
                   for pm in app.process_managers]
 
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # noqa: SLF001
@@ -182,20 +182,21 @@ def _retrier_spec(spark: Any, cfg: CqrsConfig, app_ref: str, board: Any, topic: 
     return QuerySpec("retrier", "retrier", topic, start)
 
 
-def _process_manager_spec(spark: Any, cfg: CqrsConfig, app_ref: str, name: str,
-                          trigger: str | None, board: Any, events_topic: str) -> Any:
-    """One process manager (as `run process-manager`)."""
+def _process_manager_spec(cfg: CqrsConfig, app_ref: str, name: str, board: Any,
+                          events_topic: str) -> Any:
+    """One process manager (as `run process-manager`): it serves the events topic beside the
+    Spark queries, supervised as they are."""
     from cqrs.ops.supervisor import QuerySpec
     from cqrs.process.job import ProcessManagerOptions, start_process_manager
 
     def on_batch(_: int, r: Any) -> None:
         board.count(reactions=r.reacted, reaction_commands=r.commands,
-                    reaction_failures=r.failures, conversations_ended=r.outcomes)
+                    reaction_failures=r.failures, conversations_ended=r.outcomes,
+                    reaction_cpu_s=r.cpu_s)
 
     def start(_: int | None) -> Any:
-        return start_process_manager(
-            spark, cfg, ProcessManagerOptions(app_ref, name, trigger_interval=trigger),
-            on_batch=on_batch)
+        return start_process_manager(cfg, ProcessManagerOptions(app_ref, name),
+                                     on_batch=on_batch, on_progress=board.on_progress)
 
     return QuerySpec(f"process-manager:{name}", "process-manager", events_topic, start)
 

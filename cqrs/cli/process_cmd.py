@@ -14,18 +14,22 @@ __all__ = ["register"]
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run = job_parsers(commands).add_parser(
         "process-manager", help="a process manager: events -> commands across aggregates",
-        description="Reads the app's events topic from its checkpoint, runs the process "
-        "manager's reactions and sends their commands (derived ids: sending twice applies "
-        "once). Stateful process managers keep their instances in Cassandra.")
+        description="Serves the app's events topic (no Spark): each event of the process "
+        "manager's types is reacted to within milliseconds of its write, its commands sent "
+        "(derived ids: sending twice applies once), its instances written (stateful process "
+        "managers keep them in Cassandra), then its offsets committed to Kafka under the group "
+        "cqrs-pm-<topic prefix><app>-<name>. A restart goes on from the committed offsets.")
     run.add_argument("app", help="the App, as module:attribute (e.g. domain_examples.lending:app)")
     run.add_argument("name", help="the process manager's name (ProcessManager.name)")
     run.add_argument("--checkpoint",
-                     help="checkpoint folder (default: <checkpoint_dir>/<app>/process-managers/<name>)")
+                     help="the Spark checkpoint an earlier release kept (default: <checkpoint_dir>/"
+                     "<app>/process-managers/<name>): a first start goes on from its offsets")
     run.add_argument("--replay", action="store_true",
-                     help="forget the checkpoint and react to the whole event log again (commands "
-                     "already applied are recognised by the processor and change nothing)")
-    run.add_argument("--max-events-per-trigger", type=int, default=10_000,
-                     help="cap on events read per micro-batch (default: 10000)")
+                     help="react to the whole event log again, from its start (commands already "
+                     "applied are recognised by the processor and change nothing)")
+    run.add_argument("--max-events-per-chunk", "--max-events-per-trigger", type=int,
+                     default=10_000, dest="max_events",
+                     help="cap on event records reacted to at once (default: 10000)")
     run.add_argument("--available-now", action="store_true",
                      help="react to what is in the topic now, then exit")
     run.set_defaults(run=_run)
@@ -44,33 +48,30 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 
 def _run(cfg: CqrsConfig, args: argparse.Namespace) -> int:
-    import shutil
-    from pathlib import Path
+    from collections.abc import Mapping
+    from typing import Any
 
     from cqrs.loading import load_app
-    from cqrs.process.job import ProcessManagerOptions, checkpoint_for, start_process_manager
+    from cqrs.process.job import ProcessManagerOptions, group_id_for, start_process_manager
     from cqrs.process.reactor import process_manager_of
-    from cqrs.spark_session import spark_session
+    from cqrs.topics import topics_for
 
     app = load_app(args.app)
-    process_manager_of(app, args.name)  # a clear error before Spark starts
-    checkpoint = args.checkpoint or checkpoint_for(cfg, app.name, args.name)
+    process_manager_of(app, args.name)  # a clear error before anything starts
+    opts = ProcessManagerOptions(app_ref=args.app, name=args.name, checkpoint=args.checkpoint,
+                                 max_events_per_chunk=args.max_events, replay=args.replay)
+
+    def on_progress(_: str, p: Mapping[str, Any]) -> None:
+        if p["numInputRows"]:
+            say(f"{p['numInputRows']} events: reacted={p['reactions']} commands={p['commands']} "
+                f"outcomes={p['outcomes']} failures={p['failures']}")
+
+    group = group_id_for(topics_for(app.name, cfg.kafka.topic_prefix), args.name)
     if args.replay:
-        if "://" in checkpoint and not checkpoint.startswith("file:"):
-            raise SystemExit(f"--replay removes local checkpoints only; remove {checkpoint} yourself")
-        shutil.rmtree(Path(checkpoint.removeprefix("file:")), ignore_errors=True)
-        say(f"replaying the event log from the start (checkpoint {checkpoint} removed)")
-    opts = ProcessManagerOptions(app_ref=args.app, name=args.name, checkpoint=checkpoint,
-                                 max_events_per_trigger=args.max_events_per_trigger)
-    spark = spark_session(cfg, f"cqrs-process-manager-{app.name}-{args.name}")
-
-    def on_batch(batch_id: int, r: object) -> None:
-        if getattr(r, "events", 0):
-            say(f"batch {batch_id}: {r}")
-
-    query = start_process_manager(spark, cfg, opts, available_now=args.available_now,
-                                  on_batch=on_batch)
-    say(f"process manager {args.name!r} of {app.name!r} running; checkpoint {checkpoint}")
+        say("replaying the event log from its start")
+    query = start_process_manager(cfg, opts, available_now=args.available_now,
+                                  on_progress=on_progress)
+    say(f"process manager {args.name!r} of {app.name!r} serving; offsets in consumer group {group}")
     return serve_query(query)
 
 

@@ -120,6 +120,8 @@ class CommandClient:
         self._listener = ReplyListener(cfg, self.topics.results, ends, self._decode_result,
                                        name=f"cqrs-replies-{self.client_id}")
         self._closed = threading.Event()
+        self._outcomes: Any = None  # the OutcomeWatcher, from the first wait_conversation on
+        self._watcher_lock = threading.Lock()
         self._poller = threading.Thread(target=self._poll, name=f"cqrs-producer-{self.client_id}",
                                         daemon=True)
         self._poller.start()
@@ -131,10 +133,17 @@ class CommandClient:
         """``(outcome, event)``: the end of the conversation ``correlation_id`` (the id of the
         command that started it, unless you gave another), as recorded by a process manager
         (see :mod:`cqrs.client.conversations`)."""
-        from cqrs.client.conversations import wait_for_outcome
+        from cqrs.client.conversations import OutcomeWatcher, wait_for_outcome
 
-        return wait_for_outcome(self.cfg, self.app, correlation_id,
-                                timeout=self.default_timeout if timeout is None else timeout,
+        timeout = self.default_timeout if timeout is None else timeout
+        with self._watcher_lock:
+            if self._outcomes is None and not self._closed.is_set():
+                self._outcomes = OutcomeWatcher(self.cfg, self.topics, self._codec,
+                                                since_s=max(since_s, 3600.0))
+            watcher = self._outcomes
+        if watcher is not None and watcher.covers(since_s):
+            return watcher.wait(correlation_id, timeout)
+        return wait_for_outcome(self.cfg, self.app, correlation_id, timeout=timeout,
                                 since_s=since_s, topics=self.topics, codec=self._codec)
 
     # ---- sending ------------------------------------------------------------------------
@@ -222,6 +231,10 @@ class CommandClient:
         self._closed.set()
         self._poller.join(timeout=5)
         self._listener.close()
+        with self._watcher_lock:
+            watcher, self._outcomes = self._outcomes, None
+        if watcher is not None:
+            watcher.close()
         self._store.close()
         self._producer = None  # librdkafka lets go of the broker only when the handle is freed
 

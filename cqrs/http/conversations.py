@@ -7,13 +7,14 @@ from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from cqrs.client.conversations import ConversationTimeoutError, outcome_json, wait_for_outcome
+from cqrs.client.conversations import ConversationTimeoutError, outcome_json
 from cqrs.http.context import HttpContext
 from cqrs.http.errors import error_body
 
 __all__ = ["MAX_WAIT_S", "routes"]
 
-MAX_WAIT_S = 300.0  # a request holds a thread and a consumer while it waits
+MAX_WAIT_S = 300.0  # a request holds a thread while it waits (the service's client's
+# outcome watcher, one consumer for every request, hands it the outcome when it is written)
 
 
 def routes(ctx: HttpContext) -> APIRouter:
@@ -30,7 +31,7 @@ def routes(ctx: HttpContext) -> APIRouter:
                                         "for an outcome written before the call")) -> JSONResponse:
         try:
             outcome, event = await run_in_threadpool(
-                wait_for_outcome, ctx.cfg, ctx.app, correlation_id, timeout=timeout, since_s=since)
+                ctx.client.wait_conversation, correlation_id, timeout=timeout, since_s=since)
         except ConversationTimeoutError as exc:
             return JSONResponse(error_body(exc), status_code=504)
         return JSONResponse(outcome_json(outcome, event))

@@ -39,6 +39,9 @@ COUNTERS: dict[str, tuple[str, dict[str, str], str]] = {
                           "Events whose reaction failed (dead-lettered)."),
     "conversations_ended": ("cqrs_conversations_ended", {},
                             "Conversation outcomes process managers recorded."),
+    "reaction_cpu_s": ("cqrs_process_manager_cpu_seconds", {},
+                       "CPU seconds the process managers' reacting threads spent (decoding, "
+                       "reacting, encoding; librdkafka's own threads not counted)."),
 }
 
 PROCESSOR_PHASES = ("read_s", "step_s", "produce_s", "write_s", "cpu_s")
