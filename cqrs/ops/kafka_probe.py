@@ -107,7 +107,9 @@ class KafkaProbe:
                     continue
                 head = result_head(m.value())
                 if head is not None:
-                    counts[head.status] = counts.get(head.status, 0) + 1
+                    # a command answered again (its first result once more) is not a new result
+                    status = "duplicates" if m.headers() else head.status
+                    counts[status] = counts.get(status, 0) + 1
             if len(messages) < 5000:
                 break
         if counts:

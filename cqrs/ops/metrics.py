@@ -20,6 +20,10 @@ COUNTERS: dict[str, tuple[str, dict[str, str], str]] = {
                  "Command results written, by status (read from the results topic)."),
     "rejected": ("cqrs_command_results", {"status": "rejected"}, ""),
     "failed": ("cqrs_command_results", {"status": "failed"}, ""),
+    "duplicates": ("cqrs_commands_answered_again", {},
+                   "Commands whose id was seen before, answered with their first result again "
+                   "(a client's retried send, a process manager's replay); not in "
+                   "cqrs_command_results."),
     "events_out": ("cqrs_events_out", {}, "Events appended to the events topic."),
     "records_out": ("cqrs_processor_records_out", {},
                     "Records the processor wrote: events, results and dead letters."),

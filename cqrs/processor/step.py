@@ -38,9 +38,13 @@ from cqrs.results import (
 from cqrs.retries import ATTEMPT_HEADER
 from cqrs.topics import AppTopics
 
-__all__ = ["UNDECODED", "AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord", "StepResult"]
+__all__ = ["DUPLICATE_HEADER", "UNDECODED", "AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord",
+           "StepResult"]
 
 DLQ_PREFIX = "cqrs.dlq."
+# the one header a result record can carry: on the answer to a command id seen before (the first
+# answer again, as a retried send or a process manager's replay gets it)
+DUPLICATE_HEADER: tuple[str, bytes] = ("cqrs.duplicate", b"1")
 
 
 @attrs.define(slots=True)
@@ -273,9 +277,12 @@ class AggregateStep:
             first = by_id[cid]
             answer = expand_seen(first, aggregate_type, aggregate_id)
             if answer is None:
-                out.append(self._result_record(self.codec.decode(first.result), first.result, dup_env))
+                again = self._result_record(self.codec.decode(first.result), first.result, dup_env)
             else:
-                out.append(self._result_record(answer, self.codec.encode(answer), dup_env))
+                again = self._result_record(answer, self.codec.encode(answer), dup_env)
+            # marked, so that counts of results (the status board's) do not count it twice
+            again.headers = [DUPLICATE_HEADER]
+            out.append(again)
 
         if not new_seen and version == current.version and not streams_changed:
             return StepResult(None, agg_state, out)  # nothing to store

@@ -12,6 +12,7 @@ from cqrs.client import encode_command
 from cqrs.envelope import from_kafka, to_kafka
 from cqrs.errors import MalformedHeaderError
 from cqrs.processor import AggregateStep, DedupPolicy, InputRecord, OutputRecord
+from cqrs.processor.step import DUPLICATE_HEADER
 from cqrs.results import AggregateRecord, CommandResult
 from cqrs.testing.example import (
     Account, Deposit, Deposited, Explode, OpenAccount, Withdraw, Withdrawn, make_app,
@@ -59,6 +60,8 @@ def test_results_go_to_the_reply_partition_the_sender_asked_for() -> None:
                         [_record(OpenAccount("ann"), 4, command_id="a", reply=1)])
     first = next(r for r in out if r.key == b"a")
     assert [(r.value, r.partition) for r in again] == [(first.value, 1)]
+    # marked as an answer given again (counts of results leave it out); the first is bare
+    assert [r.headers for r in again] == [[DUPLICATE_HEADER]] and first.headers == []
 
 
 def test_a_negative_reply_partition_is_refused_at_the_client() -> None:
