@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from cqrs.domain import (
     Aggregate,
+    Cancel,
     Command,
     CommandContext,
     CommandHandler,
@@ -14,6 +15,7 @@ from cqrs.domain import (
     ProcessManager,
     Reaction,
     ReactionContext,
+    Schedule,
     Send,
     applies,
     command,
@@ -32,6 +34,7 @@ __all__ = [
     "Aggregate",
     "App",
     "Backoff",
+    "Cancel",
     "Codec",
     "Command",
     "CommandContext",
@@ -45,6 +48,7 @@ __all__ = [
     "ReactionContext",
     "Rejected",
     "RetryPolicy",
+    "Schedule",
     "Send",
     "Upcaster",
     "__version__",

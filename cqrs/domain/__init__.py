@@ -19,6 +19,7 @@ from cqrs.domain.decision import (
     event_id_for,
     replay,
 )
+from cqrs.domain.deadlines import Cancel, DeadlineChange, Schedule
 from cqrs.domain.handler import CommandContext, CommandHandler, HandlerRoute
 from cqrs.domain.messages import (
     Command,
@@ -41,10 +42,12 @@ __all__ = [
     "Accepted",
     "Aggregate",
     "AggregateEntry",
+    "Cancel",
     "Command",
     "CommandContext",
     "CommandHandler",
     "CommandInput",
+    "DeadlineChange",
     "Decision",
     "DomainModel",
     "Event",
@@ -58,6 +61,7 @@ __all__ = [
     "ReactionContext",
     "Rejected",
     "RejectedOutcome",
+    "Schedule",
     "Send",
     "applies",
     "command",

@@ -34,6 +34,7 @@ from typing import Any, Final, TypeAlias, TypeVar
 import attrs
 
 from cqrs.domain.aggregate import Aggregate
+from cqrs.domain.deadlines import Cancel, DeadlineChange, Schedule, resolve_deadlines
 from cqrs.domain.handler import CommandContext
 from cqrs.domain.messages import is_event, type_name
 from cqrs.domain.model import AggregateEntry
@@ -89,11 +90,13 @@ class NewEvent:
 
 @attrs.frozen(slots=True)
 class Accepted:
-    """The command ran; ``version`` is the aggregate version after its last event."""
+    """The command ran; ``version`` is the aggregate version after its last event;
+    ``deadlines``: what it scheduled and cancelled (see :mod:`cqrs.domain.deadlines`)."""
 
     command_id: str
     version: int
     events: tuple[NewEvent, ...]
+    deadlines: tuple[DeadlineChange, ...] = ()
 
 
 @attrs.frozen(slots=True)
@@ -172,29 +175,39 @@ def _failed(command_id: str, exc: BaseException, version: int) -> Failed:
 _EVENT_CLASSES: set[type] = set()
 
 
-def _events_of(result: object, route_name: str) -> tuple[Any, ...]:
+_NO_DEADLINES: tuple[Any, ...] = ()
+
+
+def _events_of(result: object, route_name: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The events a handler returned, and its ``Schedule`` / ``Cancel`` items."""
     if result is None:
-        return ()
+        return (), _NO_DEADLINES
     if type(result) is list and all(type(ev) in _EVENT_CLASSES for ev in result):
-        return tuple(result)  # the common case: a list of events of known classes
+        return tuple(result), _NO_DEADLINES  # the common case: a list of events of known classes
     if is_event(result):
         _EVENT_CLASSES.add(type(result))
-        return (result,)
+        return (result,), _NO_DEADLINES
+    if isinstance(result, (Schedule, Cancel)):
+        return (), (result,)
     if isinstance(result, (str, bytes)) or not isinstance(result, Iterable):
         raise NotAMessageError(
             f"handler {route_name} returned {result!r}: return an @event instance, a list of "
-            "them, or None"
+            "them (with Schedule / Cancel items for deadlines), or None"
         )
-    events = tuple(result)
-    for ev in events:
+    events: list[Any] = []
+    deadlines: list[Any] = []
+    for ev in result:
         if is_event(ev):
             _EVENT_CLASSES.add(type(ev))
+            events.append(ev)
+        elif isinstance(ev, (Schedule, Cancel)):
+            deadlines.append(ev)
         else:
             raise NotAMessageError(
                 f"handler {route_name} returned {ev!r} ({type(ev).__qualname__}) among its "
-                "events: return only @event instances"
+                "events: return only @event instances and Schedule / Cancel items"
             )
-    return events
+    return tuple(events), tuple(deadlines)
 
 
 def decide(
@@ -256,7 +269,11 @@ def decide(
                 result = route.function(route.handler, current, ci.command, ctx)
             else:
                 result = route.function(route.handler, current, ci.command)
-            events = _events_of(result, route.qualname)
+            events, later = _events_of(result, route.qualname)
+            deadlines = resolve_deadlines(
+                later, owner=f"{agg_type}:{aggregate_id}", now=ci.timestamp,
+                default_target=aggregate_id, correlation_id=correlation, causation_id=cid,
+                where=route.qualname) if later else _NO_DEADLINES
         except Rejected as rej:
             outcomes.append(RejectedOutcome(cid, rej.reason, rej.code, version))
             continue
@@ -264,7 +281,7 @@ def decide(
             outcomes.append(_failed(cid, exc, version))
             continue
         if not events:
-            outcomes.append(Accepted(cid, version, ()))
+            outcomes.append(Accepted(cid, version, (), deadlines))
             continue
         v = version
         new_events: list[NewEvent] = []
@@ -305,7 +322,7 @@ def decide(
             continue
         applied.extend(events)
         version = v
-        outcomes.append(Accepted(cid, v, tuple(new_events)))
+        outcomes.append(Accepted(cid, v, tuple(new_events), deadlines))
         if terminal:
             working, deleted = None, True
         else:

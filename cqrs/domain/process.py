@@ -33,6 +33,7 @@ import attrs
 
 from cqrs.domain._methods import typed_methods
 from cqrs.domain._names import snake_case
+from cqrs.domain.deadlines import Cancel, Schedule
 from cqrs.domain.messages import is_command, is_event, type_name
 from cqrs.errors import DomainModelError, HandlerSignatureError, NotAMessageError
 
@@ -76,8 +77,9 @@ class Send:
             )
 
 
-def _sends(value: Iterable[Send] | Send) -> tuple[Send, ...]:
-    return (value,) if isinstance(value, Send) else tuple(value)
+def _sends(value: Iterable[Send | Schedule | Cancel] | Send | Schedule | Cancel,
+           ) -> tuple[Send | Schedule | Cancel, ...]:
+    return (value,) if isinstance(value, (Send, Schedule, Cancel)) else tuple(value)
 
 
 @attrs.frozen(slots=True)
@@ -86,7 +88,7 @@ class Reaction(Generic[S]):
     finished and forgotten) and the commands to send."""
 
     state: S | None
-    send: tuple[Send, ...] = attrs.field(default=(), converter=_sends)
+    send: tuple[Send | Schedule | Cancel, ...] = attrs.field(default=(), converter=_sends)
 
 
 @attrs.frozen(slots=True)
@@ -198,8 +200,8 @@ class ProcessManager(Generic[S]):
 
 
 def react(pm: ProcessManager[Any], route: ReactionRoute, state: Any, event: Any,
-          ctx: ReactionContext) -> tuple[Any, tuple[Send, ...]]:
-    """Run one reaction: ``(next state, commands)``. A stateless reaction keeps ``state`` (None).
+          ctx: ReactionContext) -> tuple[Any, tuple[Send | Schedule | Cancel, ...]]:
+    """Run one reaction: ``(next state, commands and deadlines)``. A stateless reaction keeps ``state`` (None).
     Exceptions from the user's code propagate: the caller decides what a failure means."""
     if route.stateful:
         args = (pm, state, event, ctx) if route.wants_context else (pm, state, event)
@@ -216,7 +218,7 @@ def react(pm: ProcessManager[Any], route: ReactionRoute, state: Any, event: Any,
     result = route.function(*args)
     if result is None:
         return None, ()
-    if isinstance(result, Send):
+    if isinstance(result, (Send, Schedule, Cancel)):
         return None, (result,)
     if isinstance(result, Reaction):
         raise NotAMessageError(
@@ -231,10 +233,11 @@ def react(pm: ProcessManager[Any], route: ReactionRoute, state: Any, event: Any,
         )
     sends = tuple(result)
     for s in sends:
-        if not isinstance(s, Send):
+        if not isinstance(s, (Send, Schedule, Cancel)):
             raise NotAMessageError(
                 f"{type(pm).__qualname__}.{route.method_name} returned {s!r} among its "
-                "commands: wrap each command in Send(aggregate_id, command)"
+                "commands: wrap each command in Send(aggregate_id, command) (or Schedule / "
+                "Cancel for deadlines)"
             )
     return None, sends
 

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from cqrs.app import App
+from cqrs.domain.deadlines import Cancel, DeadlineChange, Schedule, resolve_deadlines
 from cqrs.domain.messages import type_name
 from cqrs.domain.process import (
     ProcessManager, ReactionContext, ReactionRoute, derived_command_id, react,
@@ -106,6 +107,7 @@ class ReactorOutput:
     commands: list[SentCommand] = attrs.field(factory=list)
     outcomes: list[ConversationOutcome] = attrs.field(factory=list)
     failures: list[ReactionFailure] = attrs.field(factory=list)
+    deadlines: list[DeadlineChange] = attrs.field(factory=list)  # scheduled and cancelled
     instances: dict[str, Instance] = attrs.field(factory=dict)  # changed instances
     reacted: int = 0
     skipped: int = 0  # applied by the instance before
@@ -172,6 +174,7 @@ class Reactor:
             route = self.routes.get(type(src.event))
             if route is None:
                 continue
+            key = None
             try:
                 if self.stateful:
                     key = self._key(src)
@@ -187,13 +190,21 @@ class Reactor:
                 else:
                     _, sends = react(self.pm, route, None, src.event, ctx)
                     new = None
-                commands = [self._command(ctx, i, s) for i, s in enumerate(sends)]
+                commands = [self._command(ctx, i, s) for i, s in enumerate(sends)
+                            if not isinstance(s, (Schedule, Cancel))]
+                later = [s for s in sends if isinstance(s, (Schedule, Cancel))]
+                deadlines = resolve_deadlines(
+                    later, owner=f"pm:{self.pm.name}:{key or ctx.correlation_id}",
+                    now=ctx.timestamp, default_target=None, correlation_id=ctx.correlation_id,
+                    causation_id=ctx.event_id, where=f"{type(self.pm).__qualname__}.{route.method_name}",
+                ) if later else ()
             except Exception as exc:  # noqa: BLE001 - the user's code: the event is dead-lettered
                 out.failures.append(ReactionFailure(
                     src, type(exc).__qualname__, str(exc), traceback.format_exc(limit=20)))
                 continue
             out.reacted += 1
             out.commands.extend(commands)
+            out.deadlines.extend(deadlines)
             if new is not None:
                 current[new.key] = new
                 out.instances[new.key] = new
