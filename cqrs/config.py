@@ -31,6 +31,7 @@ __all__ = [
     "ProcessorSettings",
     "ProjectionSettings",
     "RetrierSettings",
+    "SchedulerSettings",
     "SparkSettings",
     "cache_key",
     "load_config",
@@ -424,6 +425,25 @@ class RetrierSettings:
 
 
 @attrs.frozen
+class SchedulerSettings:
+    interval_s: float = setting(
+        0.2, "CQRS_SCHEDULER_INTERVAL",
+        "Seconds between two reads of the due deadlines (the timer's resolution: a deadline's "
+        "command is sent up to this late). Each read is a slice of one bucket: idle, it costs "
+        "next to nothing.",
+    )
+    bucket_s: int = setting(
+        60, "CQRS_SCHEDULER_BUCKET",
+        "Width in seconds of a Cassandra partition of the deadlines' due table (entries are "
+        "partitioned by app and due-time bucket, sorted by due time inside).",
+    )
+    max_due_per_round: int = setting(
+        5000, "CQRS_SCHEDULER_MAX_DUE",
+        "Due deadlines sent per round at most (more are sent in the next round, at once).",
+    )
+
+
+@attrs.frozen
 class MetricsSettings:
     host: str = setting(
         "127.0.0.1", "CQRS_METRICS_HOST",
@@ -466,6 +486,7 @@ class CqrsConfig:
     processor: ProcessorSettings = attrs.field(factory=ProcessorSettings)
     metrics: MetricsSettings = attrs.field(factory=MetricsSettings)
     retrier: RetrierSettings = attrs.field(factory=RetrierSettings)
+    scheduler: SchedulerSettings = attrs.field(factory=SchedulerSettings)
 
     def with_overrides(self, **sections: Mapping[str, Any]) -> CqrsConfig:
         """A copy with some settings replaced: ``cfg.with_overrides(kafka={"bootstrap_servers": ...})``."""
@@ -489,6 +510,7 @@ _SECTIONS: dict[str, type] = {
     "processor": ProcessorSettings,
     "metrics": MetricsSettings,
     "retrier": RetrierSettings,
+    "scheduler": SchedulerSettings,
 }
 
 

@@ -36,6 +36,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                          "transient errors: App(retries=RetryPolicy(transient=[...])))")
     run_app.add_argument("--no-process-managers", action="store_true",
                          help="do not run the app's process managers")
+    run_app.add_argument("--no-scheduler", action="store_true",
+                         help="do not run the deadline timer (deadlines handlers schedule then "
+                         "wait for a `cqrs run scheduler`)")
     run_app.set_defaults(run=_run_app)
 
 
@@ -66,7 +69,7 @@ class Runner:
 
 def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
                  projectors: bool = True, retrier: bool = True, process_managers: bool = True,
-                 report: Any = _say) -> Runner:
+                 scheduler: bool = True, report: Any = _say) -> Runner:
     """Start the Spark session, the listener, the probes and the server of ``app_ref``; the
     queries start with :meth:`Runner.run`."""
     import os
@@ -98,7 +101,9 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
         board.batch_rows("processor", batch_id, s.commands)  # Spark counts a row per task
         board.count(commands_in=s.commands, commands_skipped=s.skipped, records_out=s.records,
                     dead_letters_written=s.dead_letters, read_s=s.read_s, step_s=s.step_s,
-                    produce_s=s.produce_s, write_s=s.write_s, cpu_s=s.cpu_s)
+                    produce_s=s.produce_s, write_s=s.write_s, cpu_s=s.cpu_s,
+                    deadlines_scheduled=s.deadlines_scheduled,
+                    deadlines_cancelled=s.deadlines_cancelled)
 
     stop_file = new_stop_file()
 
@@ -118,6 +123,8 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
     if process_managers:
         specs += [_process_manager_spec(cfg, app_ref, pm.name, board, topics.events)
                   for pm in app.process_managers]
+    if scheduler:
+        specs.append(_scheduler_spec(cfg, app_ref, board, topics.commands))
 
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # noqa: SLF001
 
@@ -201,12 +208,29 @@ def _process_manager_spec(cfg: CqrsConfig, app_ref: str, name: str, board: Any,
     return QuerySpec(f"process-manager:{name}", "process-manager", events_topic, start)
 
 
+def _scheduler_spec(cfg: CqrsConfig, app_ref: str, board: Any, commands_topic: str) -> Any:
+    """The deadline timer (as `run scheduler`), supervised beside the Spark queries."""
+    from cqrs.ops.supervisor import QuerySpec
+    from cqrs.scheduler.job import SchedulerOptions, start_scheduler
+
+    def on_round(r: Any) -> None:
+        board.count(deadlines_fired=r.fired, deadlines_dropped=r.stale,
+                    deadline_lateness_s=sum(r.lateness_s))
+
+    def start(_: int | None) -> Any:
+        return start_scheduler(cfg, SchedulerOptions(app_ref), on_round=on_round,
+                               on_progress=board.on_progress)
+
+    return QuerySpec("scheduler", "scheduler", commands_topic, start)
+
+
 def _run_app(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     import signal
 
     runner = build_runner(cfg, args.app, trigger=args.trigger, projectors=not args.no_projectors,
                           retrier=not args.no_retrier,
-                          process_managers=not args.no_process_managers)
+                          process_managers=not args.no_process_managers,
+                          scheduler=not args.no_scheduler)
     stop = threading.Event()
     # SIGTERM (systemd, Kubernetes, kill) stops the queries between batches, like Ctrl-C
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

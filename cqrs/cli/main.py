@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from cqrs.cli import (
     app_cmd, config_cmd, demo_cmd, dev_cmd, dlq_cmd, process_cmd, projections_cmd, retrier_cmd,
-    run_cmd, send_cmd,
+    run_cmd, scheduler_cmd, send_cmd,
     state_cmd, top_cmd,
 )
 from cqrs.config import load_config
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.register(commands)
     app_cmd.register(commands)
     retrier_cmd.register(commands)
+    scheduler_cmd.register(commands)
     process_cmd.register(commands)
     state_cmd.register(commands)
     dlq_cmd.register(commands)

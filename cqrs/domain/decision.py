@@ -28,7 +28,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, TypeAlias, TypeVar
 
 import attrs
@@ -216,8 +216,11 @@ def decide(
     state: Any,
     version: int,
     commands: Iterable[CommandInput],
+    router: Callable[[Any], object] | None = None,
 ) -> Decision:
-    """Decide an ordered batch of commands for one aggregate (see the module doc)."""
+    """Decide an ordered batch of commands for one aggregate (see the module doc). ``router``
+    (the app model's ``route``) checks that each command a handler schedules has a handler: a
+    deadline that could never be decided fails the command that scheduled it, at once."""
     cls = entry.aggregate_class
     routes = entry.routes
     agg_type = entry.type_name
@@ -274,6 +277,10 @@ def decide(
                 later, owner=f"{agg_type}:{aggregate_id}", now=ci.timestamp,
                 default_target=aggregate_id, correlation_id=correlation, causation_id=cid,
                 where=route.qualname) if later else _NO_DEADLINES
+            if router is not None:
+                for change in deadlines:
+                    if change.command is not None:
+                        router(change.command)
         except Rejected as rej:
             outcomes.append(RejectedOutcome(cid, rej.reason, rej.code, version))
             continue

@@ -43,6 +43,17 @@ COUNTERS: dict[str, tuple[str, dict[str, str], str]] = {
                           "Events whose reaction failed (dead-lettered)."),
     "conversations_ended": ("cqrs_conversations_ended", {},
                             "Conversation outcomes process managers recorded."),
+    "deadlines_scheduled": ("cqrs_deadlines_scheduled", {},
+                            "Deadlines the processor's decisions scheduled (or moved)."),
+    "deadlines_cancelled": ("cqrs_deadlines_cancelled", {},
+                            "Deadlines the processor's decisions cancelled."),
+    "deadlines_fired": ("cqrs_deadlines_fired", {},
+                        "Due deadlines whose command the scheduler sent."),
+    "deadlines_dropped": ("cqrs_deadlines_dropped", {},
+                          "Due entries of deadlines cancelled or moved since, dropped unfired."),
+    "deadline_lateness_s": ("cqrs_deadline_lateness_seconds", {},
+                            "Due time to sending, summed over fired deadlines (divide by "
+                            "cqrs_deadlines_fired for the mean)."),
     "reaction_cpu_s": ("cqrs_process_manager_cpu_seconds", {},
                        "CPU seconds the process managers' reacting threads spent (decoding, "
                        "reacting, encoding; librdkafka's own threads not counted)."),

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,8 +39,10 @@ import attrs
 from cqrs.config import CqrsConfig
 from cqrs.envelope import Headers, from_kafka, to_kafka
 from cqrs.errors import CqrsError
+from cqrs.loops import LoopQuery
 from cqrs.process.reactor import Reactor, ReactorOutput, SourceEvent, process_manager_of
 from cqrs.processor.step import DLQ_PREFIX
+from cqrs.scheduler.records import stored_deadline
 from cqrs.topics import AppTopics, ensure_topics, topics_for
 
 if TYPE_CHECKING:
@@ -125,6 +126,7 @@ class ReactorRun:
         self.wanted = frozenset(self.reactor.event_types)
         self.wanted_headers = frozenset(t.encode() for t in self.wanted)
         self.table: Any = None
+        self._deadlines: Any = None
         if self.reactor.stateful:
             from cqrs.process.instances import open_instance_table
 
@@ -153,11 +155,21 @@ class ReactorRun:
         instances = self.table.read(self.reactor.keys(sources)) if self.table is not None else {}
         out = self.reactor.run(sources, instances)
         self._deliver(out, unreadable)
+        if out.deadlines:  # after the commands, before the instances (a re-run writes them again)
+            self.deadlines().apply([stored_deadline(c, self.app, self.codec) for c in out.deadlines])
         if self.table is not None:
             self.table.write(out.instances)
         return BatchReport(len(sources), out.reacted, out.skipped, len(out.commands),
                            len(out.outcomes), len(out.failures) + len(unreadable),
                            time.monotonic() - started, time.thread_time() - cpu_started)
+
+    def deadlines(self) -> Any:
+        """The app's deadline tables (opened when a reaction first schedules or cancels one)."""
+        if self._deadlines is None:
+            from cqrs.scheduler.store import open_deadline_store
+
+            self._deadlines = open_deadline_store(self.cfg, self.topics.base)
+        return self._deadlines
 
     def _deliver(self, out: ReactorOutput, unreadable: list[tuple[tuple[Any, ...], Exception]]) -> None:
         produce = self.producer.produce
@@ -200,6 +212,8 @@ class ReactorRun:
         self._schemas.close()
         if self.table is not None:
             self.table.close()
+        if self._deadlines is not None:
+            self._deadlines.close()
 
 
 
@@ -226,69 +240,30 @@ def _checkpoint_offsets(checkpoint: str | None, topic: str) -> dict[int, int]:
         return {}
 
 
-class ProcessManagerQuery:
-    """A running process manager, shaped as a streaming query for the runners: ``id``,
-    ``runId``, ``name``, ``isActive``, ``exception()``, ``status``, ``lastProgress``, ``stop()``,
-    ``awaitTermination()`` and ``processAllAvailable()``."""
+class ProcessManagerQuery(LoopQuery):
+    """A running process manager (see :class:`~cqrs.loops.LoopQuery` for its query face), with
+    :meth:`positions` and :meth:`processAllAvailable`."""
 
     def __init__(self, cfg: CqrsConfig, app: App, opts: ProcessManagerOptions, topics: AppTopics, *,
                  available_now: bool,
                  on_batch: Callable[[int, BatchReport], None] | None,
                  on_progress: Callable[[str, Mapping[str, Any]], None] | None) -> None:
+        super().__init__(f"cqrs-process-manager-{app.name}-{opts.name}", on_progress)
         self.cfg = cfg
         self.app = app
         self.opts = opts
         self.topics = topics
-        self.id = str(uuid.uuid4())
-        self.runId = str(uuid.uuid4())  # noqa: N815 - StreamingQuery's name
-        self.name = f"cqrs-process-manager-{app.name}-{opts.name}"
         self.group_id = group_id_for(topics, opts.name)
-        self.lastProgress: dict[str, Any] | None = None  # noqa: N815
         self._available_now = available_now
         self._on_batch = on_batch
-        self._on_progress = on_progress
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
-        self._message = "Initializing sources"
         self._positions: dict[int, int] = {}  # next offset to read, per partition
         self._lock = threading.Lock()
         self._chunks = 0
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
-
-    # ---- the query's face -------------------------------------------------------------------
-
-    @property
-    def isActive(self) -> bool:  # noqa: N802
-        return self._thread.is_alive()
-
-    def exception(self) -> BaseException | None:
-        return self._error
-
-    @property
-    def status(self) -> dict[str, Any]:
-        return {"message": self._message, "isDataAvailable": False, "isTriggerActive": False}
-
-    @property
-    def recentProgress(self) -> list[dict[str, Any]]:  # noqa: N802
-        return [] if self.lastProgress is None else [self.lastProgress]
 
     def positions(self) -> dict[int, int]:
         """The next offset to read of each events partition (what it reacted to so far)."""
         with self._lock:
             return dict(self._positions)
-
-    def stop(self) -> None:
-        """Stop after the chunk being reacted to (its records written, its offsets committed)."""
-        self._stop.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join()
-
-    def awaitTermination(self, timeout: float | None = None) -> bool | None:  # noqa: N802
-        self._thread.join(timeout)
-        if self._error is not None:
-            raise self._error
-        return None if timeout is None else not self._thread.is_alive()
 
     def processAllAvailable(self, timeout: float = 600.0) -> None:  # noqa: N802
         """Wait until everything the events topic holds now is reacted to."""
@@ -309,19 +284,6 @@ class ProcessManagerQuery:
             time.sleep(0.02)
 
     # ---- the loop ---------------------------------------------------------------------------
-
-    def start(self) -> ProcessManagerQuery:
-        self._thread.start()
-        return self
-
-    def _main(self) -> None:
-        try:
-            self._serve()
-        except BaseException as exc:  # noqa: BLE001 - the runner sees it through exception()
-            self._error = exc
-        finally:
-            self._message = "Stopped"
-            self._started.set()
 
     def _start_offsets(self, consumer: Any, partitions: Sequence[int]) -> dict[int, int]:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -353,8 +315,7 @@ class ProcessManagerQuery:
             with self._lock:
                 self._positions = {p: max(o, marks[p][0]) for p, o in start.items()}
             target = ({p: high for p, (_, high) in marks.items()} if self._available_now else None)
-            self._message = "Waiting for data to arrive"
-            self._started.set()
+            self._ready()
             last = self._loop(run, consumer, target, take)
             self._commit(consumer, asynchronous=False)
             if last.records:
@@ -451,9 +412,8 @@ class ProcessManagerQuery:
     def _progress(self, period: _Period, now: float) -> None:
         elapsed = max(now - period.started, 1e-6)
         busy = max(period.busy_s, 1e-6)
-        self.lastProgress = {
-            "id": self.id, "runId": self.runId, "name": self.name, "batchId": self._chunks,
-            "numInputRows": period.events,
+        self._report({
+            "batchId": self._chunks, "numInputRows": period.events,
             "inputRowsPerSecond": period.events / elapsed,
             "processedRowsPerSecond": period.events / busy if period.events else 0.0,
             "durationMs": {"triggerExecution": period.busy_s * 1000.0},
@@ -463,9 +423,7 @@ class ProcessManagerQuery:
             "reactions": period.reacted, "commands": period.commands,
             "outcomes": period.outcomes, "failures": period.failures,
             "cpuSeconds": period.cpu_s,
-        }
-        if self._on_progress is not None:
-            self._on_progress(self.id, self.lastProgress)
+        })
 
 
 @attrs.define
@@ -513,5 +471,7 @@ def start_process_manager(cfg: CqrsConfig, opts: ProcessManagerOptions, *,
     topics = opts.topics or topics_for(app.name, cfg.kafka.topic_prefix)
     ensure_topics(cfg, topics)
     publish_app_schemas(cfg, topics, app)
-    return ProcessManagerQuery(cfg, app, opts, topics, available_now=available_now,
-                               on_batch=on_batch, on_progress=on_progress).start()
+    query = ProcessManagerQuery(cfg, app, opts, topics, available_now=available_now,
+                                on_batch=on_batch, on_progress=on_progress)
+    query.start()
+    return query

@@ -46,6 +46,7 @@ from cqrs.processor.step import (
     UNDECODED, AggregateStep, InputRecord, OutputRecord,
 )
 from cqrs.results import AggregateRecord
+from cqrs.scheduler.records import StoredDeadline
 
 __all__ = [
     "STATS_FIELDS",
@@ -84,6 +85,8 @@ class SliceStats:
     dead_letters: int = 0
     cache_hits: int = 0
     state_reads: int = 0
+    deadlines_scheduled: int = 0  # deadline changes written (after the records explaining them)
+    deadlines_cancelled: int = 0
     fetch_s: float = 0.0  # reading the slice from Kafka (set by the caller that fetched it)
     read_s: float = 0.0
     step_s: float = 0.0
@@ -205,8 +208,11 @@ class Worker:
         self.token = uuid.uuid4().hex  # names this worker in the positions it writes
         # state writes started, with the cached partitions and aggregate ids they cover
         self.in_flight: list[tuple[Callable[[], object], list[tuple[Any, ...]], set[str]]] = []
-        # the last slices' rows, whose records are sent but not yet known to be acknowledged
-        self.sent: tuple[list[StoredAggregate], list[tuple[Any, ...]], set[str], int] | None = None
+        # the last slices' rows and deadlines, whose records are sent but not yet known to be
+        # acknowledged
+        self.sent: tuple[list[StoredAggregate], list[tuple[Any, ...]], set[str], int,
+                         list[StoredDeadline]] | None = None
+        self._deadline_store: Any = None
         self.consumer: Any = None
         self.errors: list[str] = []
 
@@ -227,9 +233,11 @@ class Worker:
         writing the state rows they explain (see :func:`process_slices`)."""
         if self.sent is None:
             return
-        rows, parts, ids, count = self.sent
+        rows, parts, ids, count, deadlines = self.sent
         try:
             self.confirm(count)
+            if deadlines:  # after the records that explain them, in order, before the rows
+                self.deadline_store().apply(deadlines)
             writing = self.table.start_writing(self.generation, rows)
         except Exception:
             self.abandon()
@@ -237,6 +245,16 @@ class Worker:
         self.sent = None
         self.in_flight.append((writing, parts, ids))
         self.settle(MAX_WRITES_IN_FLIGHT)
+
+    def deadline_store(self) -> Any:
+        """The app's deadline tables, on the state table's Cassandra session (opened when a
+        decision first schedules or cancels one)."""
+        if self._deadline_store is None:
+            from cqrs.scheduler.store import DeadlineStore
+
+            self._deadline_store = DeadlineStore(self.table.cassandra, self.step.topics.base,
+                                                 self.cfg.scheduler.bucket_s)
+        return self._deadline_store
 
     def unwritten(self, ids: set[str]) -> bool:
         """Whether a row of one of these aggregate ids is sent or in flight, not yet written:
@@ -382,12 +400,17 @@ class _Pending:
     cache: collections.OrderedDict[tuple[str, str], _Cached]
     out: list[OutputRecord]
     rows: list[StoredAggregate]
+    deadlines: list[StoredDeadline]
 
 
 def _write(worker: Worker, pending: list[_Pending], stats: SliceStats, wait: bool) -> None:
     """4. records first, 5. then the state they explain; then the cache."""
     out = [r for p in pending for r in p.out]
     rows = [r for p in pending for r in p.rows]
+    deadlines = [d for p in pending for d in p.deadlines]
+    if deadlines:
+        stats.deadlines_scheduled = sum(1 for d in deadlines if d.due_ms is not None)
+        stats.deadlines_cancelled = len(deadlines) - stats.deadlines_scheduled
     stats.records = len(out)
     step = worker.step
     _count(stats, out, step.topics.events, step.topics.results, step.topics.dead_letters)
@@ -405,7 +428,7 @@ def _write(worker: Worker, pending: list[_Pending], stats: SliceStats, wait: boo
         raise
     for p in pending:
         worker.cache.put(p.part, p.next_offset, p.cache)
-    worker.sent = (rows, parts, ids, len(out))
+    worker.sent = (rows, parts, ids, len(out), deadlines)
     t4 = time.perf_counter()
     stats.produce_s += t4 - t3
     if wait:
@@ -470,6 +493,7 @@ def _decide(worker: Worker, grouped: _Grouped, stored: dict[tuple[str, str], Sto
     step = worker.step
     out: list[OutputRecord] = []
     rows: list[StoredAggregate] = []
+    deadlines: list[StoredDeadline] = []
     aggregates = hits = skipped = 0  # counted here, added to the stats once
     for key, records in grouped.groups.items():
         agg_type, agg_id = key
@@ -494,6 +518,8 @@ def _decide(worker: Worker, grouped: _Grouped, stored: dict[tuple[str, str], Sto
                 continue
         result = step.apply(agg_type, agg_id, record, records, decoded)
         out.extend(result.out)
+        if result.deadlines:
+            deadlines.extend(result.deadlines)
         if result.record is None:
             continue
         last = records[-1]
@@ -508,7 +534,7 @@ def _decide(worker: Worker, grouped: _Grouped, stored: dict[tuple[str, str], Sto
     stats.cache_hits += hits
     stats.skipped += skipped
     stats.step_s += time.perf_counter() - t1
-    return _Pending(grouped.part, grouped.next_offset, cache, out, rows)
+    return _Pending(grouped.part, grouped.next_offset, cache, out, rows, deadlines)
 
 
 MAX_WRITES_IN_FLIGHT = 4  # state writes a serving task lets run behind its decisions

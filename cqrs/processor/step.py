@@ -36,6 +36,7 @@ from cqrs.results import (
     kept_indices, seen_command,
 )
 from cqrs.retries import ATTEMPT_HEADER
+from cqrs.scheduler.records import StoredDeadline, stored_deadline
 from cqrs.topics import AppTopics
 
 __all__ = ["DUPLICATE_HEADER", "UNDECODED", "AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord",
@@ -73,6 +74,8 @@ class StepResult:
     record: AggregateRecord | None
     state: Any
     out: list[OutputRecord]
+    # deadlines scheduled and cancelled, to write once the records are acknowledged
+    deadlines: list[StoredDeadline] = attrs.field(factory=list)
 
 
 class _Undecoded:
@@ -122,6 +125,7 @@ class AggregateStep:
         self.dedup = dedup
         # partitions of the results topic: a command's reply partition is honoured below it
         self.results_partitions = results_partitions
+        self._route = app.model.route  # checks the commands a handler schedules
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -228,6 +232,7 @@ class AggregateStep:
             pending.append(_Pending(rec, env, command))
 
         new_seen: list[SeenCommand] = []
+        deadlines: list[StoredDeadline] = []
         version = current.version
         snapshot = current.snapshot
         deleted = current.deleted
@@ -243,13 +248,16 @@ class AggregateStep:
                     timestamp=p.envelope.timestamp,
                     correlation_id=p.envelope.correlation_id,
                 ) for p in pending
-            ])
+            ], self._route)
             for p, outcome in zip(pending, decision.outcomes, strict=True):
                 if type(outcome) is Accepted:
                     for new_event in outcome.events:
                         key, value, headers = event_to_kafka(
                             new_event, self.codec.encode(new_event.event))
                         out.append(OutputRecord(self.topics.events, key, value, headers))
+                    if outcome.deadlines:
+                        deadlines.extend(stored_deadline(c, self.app, self.codec)
+                                         for c in outcome.deadlines)
                 elif type(outcome) is Failed:
                     retry = self._retry(p, outcome)
                     out.append(self._dead_letter(p.record, "handler", outcome.error_type,
@@ -285,12 +293,12 @@ class AggregateStep:
             out.append(again)
 
         if not new_seen and version == current.version and not streams_changed:
-            return StepResult(None, agg_state, out)  # nothing to store
+            return StepResult(None, agg_state, out, deadlines)  # nothing to store
         record = current.remember(version, deleted, snapshot, new_seen,
                                   self.dedup.window_ms, self.dedup.max_per_aggregate)
         if streams_changed:
             record = record.with_streams(positions or {}, retrying or set())
-        return StepResult(record, agg_state, out)
+        return StepResult(record, agg_state, out, deadlines)
 
     # ---- helpers ----------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import attrs
 from cqrs.deadletters import DeadLetter
 from cqrs.errors import ConfigError
 from cqrs.retries import ATTEMPT_HEADER, RetryPolicy
+from cqrs.scheduler.due import bucket_of
 
 __all__ = [
     "DONE",
@@ -68,13 +69,6 @@ def due_ms(policy: RetryPolicy, dead: DeadLetter) -> int:
     """When the retry of ``dead`` is due (epoch ms): its timestamp plus :func:`delay_s`."""
     wait = delay_s(policy, dead.message_type or "", dead.error_type, letter_id(dead), dead.attempt)
     return dead.timestamp_ms + round(wait * 1000)
-
-
-def bucket_of(at_ms: int, bucket_s: int) -> int:
-    """The partition (time bucket) of the retry table an entry due at ``at_ms`` lives in."""
-    if bucket_s < 1:
-        raise ConfigError(f"retrier.bucket_s = {bucket_s!r}: use a whole number of seconds >= 1")
-    return at_ms // (bucket_s * 1000)
 
 
 def redelivery(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]],

@@ -164,14 +164,8 @@ class Retrier:
             previous = self._cursor
             if previous is None:
                 return stats
-            entries: list[DueEntry] = []
-            for bucket in range(bucket_of(previous, self.bucket_s), bucket_of(now, self.bucket_s) + 1):
-                stats.buckets_read += 1
-                entries += self.store.due(bucket, previous, now, self.max_due - len(entries))
-                if len(entries) >= self.max_due:
-                    break
             # below the new cursor every entry is read (and delivered below); ingest lowers it
-            self._cursor = now + 1 if len(entries) < self.max_due else entries[-1].due_ms
+            entries, self._cursor, stats.buckets_read = self.store.due(previous, now, self.max_due)
         stats.due = len(entries)
         try:
             self._deliver(entries, now, stats)

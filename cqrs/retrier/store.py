@@ -1,9 +1,9 @@
 """The retry job's Cassandra tables (names computed here and nowhere else).
 
 - ``cqrs_retry_due``: one row per retry to deliver, ``PRIMARY KEY ((app, bucket), due_ms,
-  command_id, attempt)``: "what is due now" is a slice of one or two partitions sorted by due
-  time, never a scan of everything waiting. A row is deleted once delivered; reads start at a
-  cursor past the delivered rows, so their tombstones are not read again.
+  command_id, attempt)``, with its cursor in ``cqrs_retry_cursor``: a
+  :class:`~cqrs.scheduler.due.DueTable`, the due-time store the deadlines' scheduler uses too
+  ("what is due now" is a slice of one or two partitions, never a scan).
 - ``cqrs_retry_attempts``: a letter's history, ``PRIMARY KEY ((app, command_id), attempt)``:
   one row per failed attempt (when, stage, error, the record) and the fate of its retry
   (``state``: waiting, delivering, delivered, parked, retried; ``outcome``). Its ``state`` is
@@ -11,7 +11,6 @@
 - ``cqrs_retry_letters``: one row per letter for operators, ``PRIMARY KEY ((app), command_id)``:
   its state (waiting / parked / done), attempts, last error. Written with write timestamps
   taken from the letters' own times, so a replayed old letter never overwrites a newer state.
-- ``cqrs_retry_cursor``: per app, the due time below which no entry is left.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from cqrs.cassandra_io import CassandraSession
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 from cqrs.retrier.plan import bucket_of
+from cqrs.scheduler.due import DueTable
 
 __all__ = ["AttemptRow", "DueEntry", "LetterRow", "RetryStore", "RetryStoreError", "TABLES"]
 
@@ -34,9 +34,6 @@ DUE, ATTEMPTS, LETTERS, CURSOR = ("cqrs_retry_due", "cqrs_retry_attempts", "cqrs
 TABLES = (DUE, ATTEMPTS, LETTERS, CURSOR)
 
 _SCHEMA = [
-    f"""CREATE TABLE IF NOT EXISTS {DUE} (app text, bucket bigint, due_ms bigint,
-        command_id text, attempt int, PRIMARY KEY ((app, bucket), due_ms, command_id, attempt))
-        WITH gc_grace_seconds = 3600""",
     f"""CREATE TABLE IF NOT EXISTS {ATTEMPTS} (app text, command_id text, attempt int,
         letter text, failed_ms bigint, stage text, error_type text, error text,
         command_type text, aggregate_id text, final boolean, state text, due_ms bigint,
@@ -46,8 +43,8 @@ _SCHEMA = [
     f"""CREATE TABLE IF NOT EXISTS {LETTERS} (app text, command_id text, state text,
         attempts int, command_type text, error_type text, error text, aggregate_id text,
         first_ms bigint, last_ms bigint, due_ms bigint, PRIMARY KEY ((app), command_id))""",
-    f"CREATE TABLE IF NOT EXISTS {CURSOR} (app text PRIMARY KEY, cursor_ms bigint)",
 ]
+_DUE_KEY = [("command_id", "text"), ("attempt", "int")]  # of DUE, a DueTable
 
 _ATTEMPT_COLUMNS = ("command_id", "attempt", "letter", "failed_ms", "stage", "error_type", "error",
                     "command_type", "aggregate_id", "final", "state", "due_ms", "delivering_ms",
@@ -125,10 +122,10 @@ class RetryStore:
         self.bucket_s = cfg.retrier.bucket_s
         self.db = CassandraSession(cfg.cassandra, rows_per_request=1,
                                    error=lambda m: RetryStoreError(m))
-        for cql in _SCHEMA:
+        self.due_table = DueTable(self.db, DUE, CURSOR, app, self.bucket_s, _DUE_KEY)
+        for cql in [*self.due_table.schema(), *_SCHEMA]:
             self.db.execute(cql)
         self.cluster_wait()
-        self._cursor_cache: int | None = None
 
     def cluster_wait(self) -> None:
         self.db.cluster.control_connection.wait_for_schema_agreement(wait_time=30)
@@ -139,36 +136,22 @@ class RetryStore:
     # ---- due entries ---------------------------------------------------------------------
 
     def add_due(self, entries: Sequence[DueEntry]) -> None:
-        stmt = self.db.prepare(f"INSERT INTO {DUE} (app, bucket, due_ms, command_id, attempt) "
-                               "VALUES (?, ?, ?, ?, ?)", write=True)
-        self.db.concurrent(stmt, [(self.app, e.bucket, e.due_ms, e.command_id, e.attempt)
-                                  for e in entries])
+        self.due_table.add([(e.due_ms, e.command_id, e.attempt) for e in entries])
 
-    def due(self, bucket: int, from_ms: int, to_ms: int, limit: int) -> list[DueEntry]:
-        """Entries of one bucket due in ``[from_ms, to_ms]``, by due time: a slice of one
-        partition."""
-        stmt = self.db.prepare(f"SELECT due_ms, command_id, attempt FROM {DUE} WHERE app = ? AND "
-                               "bucket = ? AND due_ms >= ? AND due_ms <= ? LIMIT ?")
-        rows = self.db.execute(stmt, (self.app, bucket, from_ms, to_ms, limit))
-        return [DueEntry(bucket, d, c, a) for d, c, a in rows]
+    def due(self, cursor: int, now: int, limit: int) -> tuple[list[DueEntry], int, int]:
+        """Entries due in ``[cursor, now]`` (at most ``limit``), the cursor once they are
+        delivered and the buckets read (see :meth:`~cqrs.scheduler.due.DueTable.read_due`)."""
+        rows, after, buckets = self.due_table.read_due(cursor, now, limit)
+        return [DueEntry(self.due_table.bucket(d), d, c, a) for d, c, a in rows], after, buckets
 
     def delete_due(self, entries: Sequence[DueEntry]) -> None:
-        stmt = self.db.prepare(f"DELETE FROM {DUE} WHERE app = ? AND bucket = ? AND due_ms = ? AND "
-                               "command_id = ? AND attempt = ?", write=True)
-        self.db.concurrent(stmt, [(self.app, e.bucket, e.due_ms, e.command_id, e.attempt)
-                                  for e in entries])
+        self.due_table.delete([(e.due_ms, e.command_id, e.attempt) for e in entries])
 
     def cursor(self) -> int | None:
-        rows = list(self.db.execute(self.db.prepare(
-            f"SELECT cursor_ms FROM {CURSOR} WHERE app = ?"), (self.app,)))
-        return rows[0][0] if rows else None
+        return self.due_table.cursor()
 
     def save_cursor(self, cursor_ms: int) -> None:
-        if cursor_ms == self._cursor_cache:
-            return
-        self.db.execute(self.db.prepare(f"INSERT INTO {CURSOR} (app, cursor_ms) VALUES (?, ?)",
-                                        write=True), (self.app, cursor_ms))
-        self._cursor_cache = cursor_ms
+        self.due_table.save_cursor(cursor_ms)
 
     # ---- history -------------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 from cqrs.app import App
 from domain_examples.orders.handler import OrderHandler
 from domain_examples.orders.messages import (
+    PAYMENT_WINDOW_S,
     CancelOrder,
+    CancelUnpaidOrder,
     OrderCancelled,
     OrderLine,
     OrderPaid,
@@ -24,7 +26,9 @@ from domain_examples.orders.order import Order
 from domain_examples.orders.views import CustomerOrders, Orders
 
 __all__ = [
+    "PAYMENT_WINDOW_S",
     "CancelOrder",
+    "CancelUnpaidOrder",
     "CustomerOrders",
     "Order",
     "OrderCancelled",

@@ -1,6 +1,9 @@
 """``OrderHandler``: the order life cycle and its rules, each refusal a ``Rejected`` with a code.
 
-placed -> paid -> shipped, and cancelled from placed or paid (a paid order is refunded).
+placed -> paid -> shipped, and cancelled from placed or paid (a paid order is refunded). An
+order not paid within its payment window is cancelled by a deadline: placing it schedules
+``CancelUnpaidOrder`` for the end of the window, paying it cancels that deadline, and the
+deadline's command cancels only an order still unpaid.
 
 | code | when |
 | --- | --- |
@@ -20,9 +23,12 @@ placed -> paid -> shipped, and cancelled from placed or paid (a paid order is re
 
 from __future__ import annotations
 
-from cqrs.domain import CommandContext, CommandHandler, Rejected
+from datetime import timedelta
+
+from cqrs.domain import Cancel, CommandContext, CommandHandler, Rejected, Schedule
 from domain_examples.orders.messages import (
     CancelOrder,
+    CancelUnpaidOrder,
     OrderCancelled,
     OrderLine,
     OrderPaid,
@@ -50,9 +56,10 @@ class OrderHandler(CommandHandler[Order]):
             raise Rejected("an order needs at least one line", code="empty_order")
         _check_lines(cmd.lines)
         total = sum(line.total_cents for line in cmd.lines)
-        return [OrderPlaced(cmd.customer_id, cmd.lines, total, cmd.placed_at)]
+        return [OrderPlaced(cmd.customer_id, cmd.lines, total, cmd.placed_at),
+                Schedule(CancelUnpaidOrder(), after=timedelta(seconds=cmd.payment_window_s))]
 
-    def pay(self, order: Order, cmd: PayOrder, ctx: CommandContext) -> list[OrderPaid]:
+    def pay(self, order: Order, cmd: PayOrder, ctx: CommandContext) -> list[OrderPaid | Cancel]:
         _require_placed(order)
         _refuse_if_cancelled(order, "paid")
         if order.status in (OrderStatus.PAID, OrderStatus.SHIPPED):
@@ -63,7 +70,14 @@ class OrderHandler(CommandHandler[Order]):
                 f"{order.total_cents} cents",
                 code="wrong_amount",
             )
-        return [OrderPaid(cmd.amount_cents, cmd.payment_reference, ctx.timestamp)]
+        return [OrderPaid(cmd.amount_cents, cmd.payment_reference, ctx.timestamp),
+                Cancel(CancelUnpaidOrder)]
+
+    def cancel_unpaid(self, order: Order, cmd: CancelUnpaidOrder,
+                      ctx: CommandContext) -> list[OrderCancelled]:
+        if order.status is not OrderStatus.PLACED:  # paid (or cancelled) meanwhile: nothing to do
+            return []
+        return [OrderCancelled("unpaid", 0, ctx.timestamp)]
 
     def ship(self, order: Order, cmd: ShipOrder, ctx: CommandContext) -> list[OrderShipped]:
         _require_placed(order)

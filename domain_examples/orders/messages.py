@@ -49,13 +49,18 @@ class OrderLine:
 # ---- commands ---------------------------------------------------------------------------------
 
 
+PAYMENT_WINDOW_S = 900  # an order not paid within 15 minutes of being placed is cancelled
+
+
 @command(name="orders.PlaceOrder")
 class PlaceOrder:
-    """Place an order; ``placed_at`` is when the customer placed it (the shop's clock)."""
+    """Place an order; ``placed_at`` is when the customer placed it (the shop's clock); unless
+    paid within ``payment_window_s`` seconds of the command's time, it is cancelled."""
 
     customer_id: str
     lines: tuple[OrderLine, ...]
     placed_at: _dt.datetime
+    payment_window_s: int = PAYMENT_WINDOW_S
 
 
 @command(name="orders.PayOrder")
@@ -73,6 +78,12 @@ class ShipOrder:
 @command(name="orders.CancelOrder")
 class CancelOrder:
     reason: str
+
+
+@command(name="orders.CancelUnpaidOrder")
+class CancelUnpaidOrder:
+    """Sent by the order itself when its payment window ends (a deadline): cancels the order
+    if it is still unpaid, and does nothing otherwise."""
 
 
 # ---- events -----------------------------------------------------------------------------------

@@ -1,0 +1,54 @@
+"""A deadline as the scheduler stores it: the decision's :class:`~cqrs.domain.deadlines.DeadlineChange`
+with its command already as the record the commands topic takes (so firing needs no codec).
+Shared by the processor's step, the process managers' job, the test kits and the store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from cqrs.domain.deadlines import DeadlineChange, due_ms_of
+from cqrs.domain.messages import type_name
+from cqrs.envelope import Envelope, to_kafka
+
+__all__ = ["StoredDeadline", "stored_deadline"]
+
+
+@attrs.frozen
+class StoredDeadline:
+    """A deadline as stored: ``due_ms`` None is a cancellation (only ``owner`` and ``name``
+    matter then)."""
+
+    owner: str
+    name: str
+    due_ms: int | None
+    target_type: str | None = None
+    target_id: str | None = None
+    command_id: str | None = None
+    key: bytes | None = None
+    value: bytes | None = None  # the command's record, as the commands topic takes it
+    correlation_id: str | None = None
+    command_type: str | None = None
+    placed_ms: int | None = None  # where its due entry lies (set by the store)
+
+
+
+def stored_deadline(change: DeadlineChange, app: Any, codec: Any) -> StoredDeadline:
+    """``change`` as stored: a cancellation, or a schedule with its command's record (the
+    command addressed to ``change.target_id``, with the deadline's derived id, stamped with
+    the due time and the scheduling command's correlation id)."""
+    if change.due is None:
+        return StoredDeadline(change.owner, change.name, None)
+    entry, _ = app.model.route(change.command)
+    assert change.target_id is not None
+    cid = change.command_id
+    env = Envelope.for_command(
+        change.command, command_id=cid, aggregate_type=entry.type_name,
+        aggregate_id=change.target_id, timestamp=change.due, expected_version=None,
+        correlation_id=change.correlation_id, causation_id=change.causation_id)
+    key, value, headers = to_kafka(env, codec.encode(change.command))
+    assert not headers, "a command record carries its envelope in its value"
+    return StoredDeadline(change.owner, change.name, due_ms_of(change.due), entry.type_name,
+                          change.target_id, cid, key, value, change.correlation_id,
+                          type_name(change.command))

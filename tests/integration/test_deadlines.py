@@ -1,0 +1,111 @@
+"""Deadlines on the real stack: the orders example's payment window. Placing an order schedules
+its cancellation, paying it cancels the deadline; the scheduler fires what is due as commands
+with derived ids, which the processor decides as any command."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import pytest
+
+from cqrs.client import CommandClient, StateReader
+from cqrs.config import CqrsConfig
+from cqrs.envelope import from_kafka
+from cqrs.kafka_io import read_to_end
+from cqrs.processor.job import ProcessorOptions, start_processor
+from cqrs.results import result_head
+from cqrs.scheduler.job import SchedulerOptions, start_scheduler
+from cqrs.topics import AppTopics, topics_for
+from domain_examples.orders import (
+    CancelUnpaidOrder, OrderCancelled, OrderLine, OrderStatus, PayOrder, PlaceOrder, app,
+)
+from waiting import wait_for
+
+APP_REF = "domain_examples.orders:app"
+WAIT = 120.0
+LINES = (OrderLine("sku-1", 2, 500),)
+
+
+@attrs.frozen
+class Running:
+    cfg: CqrsConfig
+    topics: AppTopics
+    scheduler: Any
+
+
+@pytest.fixture(scope="module")
+def running(cqrs_config: CqrsConfig, spark: Any,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    prefix = f"t-deadlines-{uuid.uuid4().hex[:8]}-"
+    cfg = cqrs_config.with_overrides(kafka={"topic_prefix": prefix})
+    topics = topics_for(app.name, prefix)
+    checkpoint = str(tmp_path_factory.mktemp("deadlines") / "processor")
+    query = start_processor(spark, cfg, ProcessorOptions(APP_REF, topics=topics, checkpoint=checkpoint))
+    scheduler = start_scheduler(cfg, SchedulerOptions(APP_REF, topics=topics))
+    try:
+        yield Running(cfg, topics, scheduler)
+    finally:
+        scheduler.stop()
+        query.stop()
+
+
+def _place(client: CommandClient, order: str, window_s: int) -> Any:
+    now = dt.datetime.now(dt.timezone.utc)
+    result = client.send_and_wait(order, PlaceOrder("c-1", LINES, now, payment_window_s=window_s),
+                                  timeout=WAIT)
+    assert result.accepted, result
+    return result
+
+
+def _fired(r: Running) -> Counter[str]:
+    """Results of deadline commands by command id (answers given again left out)."""
+    seen: Counter[str] = Counter()
+    for rec in read_to_end(r.cfg, [r.topics.results]):
+        head = result_head(rec.value)
+        if head is not None and head.command_id.startswith("dl:") and not rec.headers:
+            seen[head.command_id] += 1
+    return seen
+
+
+def test_unpaid_orders_are_cancelled_when_their_window_ends_and_paid_ones_are_not(
+        running: Running) -> None:
+    from cqrs.cli.scheduler_cmd import pending_deadlines
+
+    r = running
+    paid, unpaid = f"o-{uuid.uuid4().hex[:6]}", [f"o-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    with CommandClient(app, r.cfg) as client:
+        placed = {o: _place(client, o, 4) for o in [paid, *unpaid]}
+        pending = pending_deadlines(r.cfg, app, unpaid[0])
+        assert [(d.name, d.target_id) for d in pending] == [("orders.CancelUnpaidOrder", unpaid[0])]
+        assert pending[0].command_id.startswith(f"dl:orders.Order:{unpaid[0]}:orders.CancelUnpaidOrder:")
+        assert client.send_and_wait(paid, PayOrder(1000, "pay-1"), timeout=WAIT).accepted
+        assert pending_deadlines(r.cfg, app, paid) == []  # cancelled with the payment
+
+    def cancelled() -> bool:
+        with StateReader(app, r.cfg) as reader:
+            return all(reader.get(o).state.status is OrderStatus.CANCELLED for o in unpaid)
+
+    wait_for("the unpaid orders to be cancelled", cancelled, timeout=WAIT)
+    with StateReader(app, r.cfg) as reader:
+        assert reader.get(paid).state.status is OrderStatus.PAID
+    fired = _fired(r)
+    assert sorted(fired) == sorted(pending_id(o, placed[o]) for o in unpaid) and set(fired.values()) == {1}
+    # the fired command carries the conversation of the order's placing, and the due time
+    events = [(env, app.codec.decode(p)) for env, p in
+              (from_kafka(e.key, e.value, e.headers) for e in read_to_end(r.cfg, [r.topics.events]))]
+    for o in unpaid:
+        (env, ev), = [(env, ev) for env, ev in events
+                      if env.aggregate_id == o and isinstance(ev, OrderCancelled)]
+        assert ev.reason == "unpaid" and env.correlation_id == placed[o].command_id
+        assert env.timestamp == placed[o].timestamp + dt.timedelta(seconds=4)
+    assert pending_deadlines(r.cfg, app, unpaid[0]) == []
+
+
+def pending_id(order: str, placed: Any) -> str:
+    due_ms = int((placed.timestamp + dt.timedelta(seconds=4)).timestamp() * 1000)
+    return f"dl:orders.Order:{order}:{CancelUnpaidOrder.__cqrs_type_name__}:{due_ms}"
