@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,50 @@ def test_cli_reference_is_current() -> None:
 
     current = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
     assert current == cli_reference(), "regenerate: python -m cqrs.cli.reference > docs/cli.md"
+
+
+# the console script `cqrs` does this (pyproject's [project.scripts])
+CONSOLE_SCRIPT = "import sys; from cqrs.cli import main; sys.exit(main())"
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    # `cqrs config show` needs no services; 20,000 Spark options make it print ~1.5 MB, far more
+    # than a pipe holds, so it is still writing when `head -1` has gone
+    config = tmp_path / "cqrs.toml"
+    config.write_text("[spark.conf]\n" + "".join(
+        f'"spark.cqrs.test.k{i:05d}" = "{"v" * 40}"\n' for i in range(20_000)))
+    cqrs = subprocess.Popen([sys.executable, "-c", CONSOLE_SCRIPT, "--config", str(config),
+                             "config", "show"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert cqrs.stdout is not None and cqrs.stderr is not None
+    head = subprocess.Popen(["head", "-1"], stdin=cqrs.stdout, stdout=subprocess.PIPE)
+    cqrs.stdout.close()  # only head reads it
+    first_line, _ = head.communicate(timeout=120)
+    err = cqrs.stderr.read().decode()
+    assert cqrs.wait(timeout=120) == 141  # as for a command killed by SIGPIPE (128 + 13)
+    assert first_line == b"{\n"
+    assert err == ""  # no BrokenPipeError traceback, no "Exception ignored" at exit
+
+
+@pytest.mark.parametrize(("argv", "code"), [(["config", "docs"], 141), (["--help"], 0)])
+def test_output_into_a_pipe_nobody_reads_is_no_traceback(argv: list[str], code: int) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the command writes anything
+    try:
+        done = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, *argv], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (code, "")  # argparse's help ignores the error
+
+
+def test_a_closed_stdout_is_told_from_an_open_one() -> None:
+    # a BrokenPipeError from elsewhere (a socket) is not hidden: main() re-raises it unless
+    # standard output itself lost its reader
+    probe = "import sys; from cqrs.cli.main import _stdout_closed; sys.exit(3 if _stdout_closed() else 4)"
+    read_end, write_end = os.pipe()
+    try:
+        assert subprocess.run([sys.executable, "-c", probe], stdout=write_end).returncode == 4
+        os.close(read_end)
+        assert subprocess.run([sys.executable, "-c", probe], stdout=write_end).returncode == 3
+    finally:
+        os.close(write_end)
