@@ -108,3 +108,40 @@ def test_a_closed_stdout_is_told_from_an_open_one() -> None:
         assert subprocess.run([sys.executable, "-c", probe], stdout=write_end).returncode == 3
     finally:
         os.close(write_end)
+
+
+def _cqrs_in(folder: Path, *argv: str, pythonpath_dot: bool) -> subprocess.CompletedProcess[str]:
+    """``cqrs ARGV`` run in ``folder`` as the console script runs: -P keeps the current directory
+    off Python's path, as it is for `.venv/bin/cqrs`; the framework's own path is kept."""
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p not in ("", ".")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*kept, *(["."] if pythonpath_dot else [])])}
+    return subprocess.run([sys.executable, "-P", "-c", CONSOLE_SCRIPT, *argv], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_an_app_module_off_the_path_is_named_with_the_folder_and_the_way_out(tmp_path: Path) -> None:
+    (tmp_path / "ticketing_qs.py").write_text("from cqrs.testing.example_app import app\n")
+    # `cqrs send` loads the app and refuses an unknown command type before it needs Kafka
+    lost = _cqrs_in(tmp_path, "send", "ticketing_qs:app", "NoSuchCommand", "t-1", pythonpath_dot=False)
+    assert lost.returncode == 2 and "Traceback" not in lost.stderr
+    assert lost.stderr.startswith("cqrs: error: cannot import module 'ticketing_qs' of "
+                                  "'ticketing_qs:app': No module named 'ticketing_qs'")
+    assert f"current directory ({tmp_path})" in lost.stderr
+    assert "PYTHONPATH=." in lost.stderr and "pip install -e ." in lost.stderr
+    # the advice works: with PYTHONPATH=. the module imports and the app answers
+    found = _cqrs_in(tmp_path, "send", "ticketing_qs:app", "NoSuchCommand", "t-1", pythonpath_dot=True)
+    assert found.returncode == 2
+    assert "unknown command type 'NoSuchCommand' for app 'example-bank'" in found.stderr
+    # on the path but misspelt: the folder is named, no PYTHONPATH advice
+    typo = _cqrs_in(tmp_path, "send", "ticketing_q:app", "NoSuchCommand", "t-1", pythonpath_dot=True)
+    assert f"The current directory ({tmp_path}) is on Python's path but holds no ticketing_q.py" \
+        in typo.stderr and "PYTHONPATH=." not in typo.stderr
+
+
+def test_a_module_that_fails_inside_keeps_its_own_error(tmp_path: Path) -> None:
+    (tmp_path / "needs_more_qs.py").write_text("import not_installed_dependency_qs\n")
+    done = _cqrs_in(tmp_path, "send", "needs_more_qs:app", "X", "t-1", pythonpath_dot=True)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("cqrs: error: cannot import module 'needs_more_qs' of "
+                                   "'needs_more_qs:app': No module named "
+                                   "'not_installed_dependency_qs'")
