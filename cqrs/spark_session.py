@@ -21,8 +21,8 @@ from cqrs.devstack.artifacts import require_installed
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["connector_jars", "spark_conf", "spark_session", "stop_between_batches",
-           "wait_until_started", "with_trigger"]
+__all__ = ["connector_jars", "past_initialising", "spark_conf", "spark_session",
+           "stop_between_batches", "wait_until_started", "with_trigger"]
 
 FS_CHECKPOINT_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
@@ -138,13 +138,23 @@ def wait_until_started(query: Any, timeout_s: float = 180.0) -> bool:
     while time.monotonic() < deadline:
         if not query.isActive:
             return False
-        if query.lastProgress is not None:
-            return True
-        message = str((query.status or {}).get("message", ""))
-        if message and not message.startswith("Initializing"):
+        if past_initialising(query):
             return True
         time.sleep(0.2)
     return False
+
+
+def past_initialising(query: Any) -> bool:
+    """Whether a running streaming query is past initialising its sources, now: it made
+    progress once (Spark keeps an idle trigger's progress as ``lastProgress`` though it posts
+    no progress event for it), or its status says something other than "Initializing ..."
+    (waiting for data, getting offsets, processing)."""
+    if not query.isActive:
+        return False
+    if query.lastProgress is not None:
+        return True
+    message = str((query.status or {}).get("message", ""))
+    return bool(message) and not message.startswith("Initializing")
 
 
 STOP_GRACE_S = 30.0

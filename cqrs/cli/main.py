@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+import select
+import signal
 import sys
 from collections.abc import Sequence
+from typing import Final
 
 from cqrs.cli import (
     app_cmd, config_cmd, demo_cmd, dev_cmd, dlq_cmd, process_cmd, projections_cmd, retrier_cmd,
@@ -14,7 +18,10 @@ from cqrs.cli import (
 from cqrs.config import load_config
 from cqrs.errors import CqrsError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["EXIT_STDOUT_CLOSED", "build_parser", "main"]
+
+# the exit code a shell reports for a command killed by SIGPIPE (128 + 13), as `yes | head` gives
+EXIT_STDOUT_CLOSED: Final = 128 + signal.SIGPIPE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +49,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code. When the reader of standard output goes away
+    early (``cqrs state get APP ID | head``), the command stops quietly with
+    :data:`EXIT_STDOUT_CLOSED`, as a command killed by SIGPIPE would, not with a traceback."""
+    try:
+        try:
+            code = _main(argv)
+        except SystemExit:  # argparse's --help and usage errors print, then exit
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # so a closed pipe shows here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # a socket's, not ours to hide
+        # Python flushes stdout again at exit: give it somewhere to write what is left
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_STDOUT_CLOSED
+
+
+def _stdout_closed() -> bool:
+    """Whether nobody reads standard output any more (a pipe whose reader exited)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no real file behind sys.stdout
+        return False
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

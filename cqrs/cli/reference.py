@@ -14,7 +14,9 @@ _HEADER = """# CLI reference
 Generated from the parser by `python -m cqrs.cli.reference > docs/cli.md`; a test keeps this
 file current. Every command takes the global `--config FILE` option (a TOML file, see
 [configuration.md](configuration.md)) and exits 0 on success, 2 on a usage or framework error
-(printed as `cqrs: error: ...`) and 130 when interrupted.
+(printed as `cqrs: error: ...`), 130 when interrupted, and 141 without a word when the reader
+of its output goes away early (`cqrs state get APP ID | head`), as a command killed by SIGPIPE
+does (a shell with `set -o pipefail` sees that status, as for `yes | head`).
 """
 
 

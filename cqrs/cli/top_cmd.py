@@ -62,9 +62,9 @@ def render_top(s: dict[str, Any], *, colour: bool = True) -> str:
     if runner and not runner["reachable"]:
         lines.append(c(DIM, f"runner: {runner['error']}"))
     start = s.get("start") or {}
-    if start.get("first_batches_done_s") is not None:
-        lines.append(c(DIM, f"every query ran a batch {start['first_batches_done_s']:.1f} s "
-                            "after the runner started"))
+    if start.get("all_ready_s") is not None:
+        lines.append(c(DIM, f"every query was ready {start['all_ready_s']:.1f} s after the "
+                            "runner started"))
     lines += ["", c(BOLD, f"{'query':<28} {'state':<11} {'gen':>3} {'restarts':>8} {'batches':>8} "
                           f"{'in/s':>9} {'done/s':>9} {'lag':>8} {'batch s':>8}  processed/s")]
     for q in s["queries"]:

@@ -5,13 +5,14 @@ hides a base's of the same name)."""
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Iterator
 from typing import Any
 
 from cqrs.errors import HandlerSignatureError
 
-__all__ = ["typed_methods"]
+__all__ = ["typed_methods", "union_members"]
 
 
 def typed_methods(obj: object, base: type) -> Iterator[tuple[type, str, Any, dict[str, Any],
@@ -30,7 +31,16 @@ def typed_methods(obj: object, base: type) -> Iterator[tuple[type, str, Any, dic
                 hints = typing.get_type_hints(fn)
             except Exception as exc:
                 raise HandlerSignatureError(
-                    f"type hints of {klass.__qualname__}.{name} cannot be resolved ({exc}); "
-                    "define messages, handlers and process managers at module level"
+                    f"type hints of {klass.__qualname__}.{name} cannot be resolved ({exc}): "
+                    "import every class its annotations name into the module, and define "
+                    "messages, handlers and process managers at module level"
                 ) from exc
             yield klass, name, fn, hints, list(inspect.signature(fn).parameters.values())
+
+
+def union_members(hint: Any) -> tuple[Any, ...]:
+    """The members of a union annotation (``A | B`` or ``typing.Union[A, B]``, ``Optional``
+    included); ``()`` for any other annotation."""
+    if typing.get_origin(hint) is typing.Union or isinstance(hint, types.UnionType):
+        return typing.get_args(hint)
+    return ()

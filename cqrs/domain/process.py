@@ -7,7 +7,8 @@
 ...         return Send(event.member_id, ReserveSlot(loan_id=ctx.aggregate_id))
 
 A reaction is a method taking ``(self, event)`` or ``(self, event, ctx)``, found by the type
-hint of its event parameter like a handler's command; it returns a :class:`Send`, a list of
+hint of its event parameter like a handler's command (an @event class, or a union of them:
+``event: BookReturned | BookLost`` reacts to each member); it returns a :class:`Send`, a list of
 them, or ``None``. A process manager that keeps state subclasses ``ProcessManager[S]`` and its
 reactions take ``(self, state, event[, ctx])`` (``state`` is ``None`` for a new instance) and
 return a :class:`Reaction` (new state plus commands) or ``None`` (nothing changes). Instances
@@ -31,7 +32,7 @@ from typing import Any, ClassVar, Final, Generic, TypeVar
 
 import attrs
 
-from cqrs.domain._methods import typed_methods
+from cqrs.domain._methods import typed_methods, union_members
 from cqrs.domain._names import snake_case
 from cqrs.domain.deadlines import Cancel, Schedule
 from cqrs.domain.messages import is_command, is_event, type_name
@@ -168,13 +169,15 @@ class ProcessManager(Generic[S]):
         return ctx.correlation_id
 
     def routes(self) -> list[ReactionRoute]:
-        """The reaction methods of this process manager, one per event class."""
+        """The reaction methods of this process manager, one per event class (a method whose
+        event parameter is a union has one route per member class)."""
         stateful = self.state_class() is not None
         found: dict[type, ReactionRoute] = {}
         for klass, name, fn, hints, params in typed_methods(self, ProcessManager):
             if name == "correlate":
                 continue
-            event_params = [i for i, p in enumerate(params) if is_event(hints.get(p.name, object))]
+            event_params = [i for i, p in enumerate(params)
+                            if _names_an_event(hints.get(p.name, object))]
             if not event_params:
                 continue  # a helper method
             at = 2 if stateful else 1
@@ -184,19 +187,39 @@ class ProcessManager(Generic[S]):
                     f"{klass.__qualname__}.{name} must be def name({shape}[, ctx: "
                     f"ReactionContext]); got {inspect.signature(fn)}"
                 )
-            ev_cls = hints[params[at].name]
-            if ev_cls in found:
-                raise HandlerSignatureError(
-                    f"{klass.__qualname__} reacts to {type_name(ev_cls)!r} in both "
-                    f"{found[ev_cls].method_name} and {name}: keep one reaction per event"
-                )
-            found[ev_cls] = ReactionRoute(ev_cls, name, fn, stateful, len(params) == at + 2)
+            for ev_cls in _reaction_events(klass, name, params[at].name, hints[params[at].name]):
+                if ev_cls in found:
+                    raise HandlerSignatureError(
+                        f"{klass.__qualname__} reacts to {type_name(ev_cls)!r} in both "
+                        f"{found[ev_cls].method_name} and {name}: keep one reaction per event"
+                    )
+                found[ev_cls] = ReactionRoute(ev_cls, name, fn, stateful, len(params) == at + 2)
         if not found:
             raise HandlerSignatureError(
                 f"{type(self).__qualname__} has no reaction: add a method taking an @event "
                 "parameter, e.g. def on_x(self, event: SomethingHappened) -> Send"
             )
         return list(found.values())
+
+
+def _names_an_event(hint: Any) -> bool:
+    """The annotation is an @event class or a union with at least one among its members."""
+    return is_event(hint) or any(is_event(m) for m in union_members(hint))
+
+
+def _reaction_events(klass: type, method: str, param: str, hint: Any) -> list[type]:
+    """The event classes a reaction's event parameter names: the class itself, or each member
+    of a union (``A | B``, ``Union[A, B]``); anything else in a union is refused."""
+    members = union_members(hint) or (hint,)
+    for member in members:
+        if not is_event(member):
+            raise HandlerSignatureError(
+                f"{klass.__qualname__}.{method}: {param!r} is annotated with {hint!r}, whose "
+                f"member {member!r} is not an @event class: a reaction's event parameter takes "
+                "@event classes only (one class or a union of them; make a helper method "
+                "private, _name, if it is not a reaction)"
+            )
+    return list(members)
 
 
 def react(pm: ProcessManager[Any], route: ReactionRoute, state: Any, event: Any,

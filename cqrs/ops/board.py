@@ -63,6 +63,9 @@ class QueryFigures:
     kind: str  # processor | projector
     input_topic: str
     state: str = "starting"  # starting | active | restarting | failed | stopped
+    # this run is past initialising its sources: it reported progress, or the supervisor saw
+    # it waiting for data (an idle query, e.g. the retry job, reports no progress for hours)
+    ready: bool = False
     query_name: str = ""
     query_id: str = ""
     run_id: str = ""
@@ -104,7 +107,7 @@ class StatusBoard:
         self._dead_letters: dict[str, dict[str, Any]] = {}  # topic -> row
         self._projections: list[dict[str, Any]] = []
         self._memory: dict[str, int] = {}
-        self._ready_s: float | None = None
+        self._ready_s: float | None = None  # every query ready (see QueryFigures.ready)
         self._active_s: float | None = None
         self._events: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
 
@@ -122,12 +125,19 @@ class StatusBoard:
             q = self._queries[name]
             q.query_id, q.run_id, q.query_name, q.generation = query_id, run_id, query_name, generation
             q.state = "active"
+            q.ready = False  # a new run initialises its sources again
             self._by_id[query_id] = name
             pending = self._pending.pop(query_id, [])
             if self._active_s is None and all(x.state == "active" for x in self._queries.values()):
                 self._active_s = time.time() - self.started_at
         for at, progress in pending:
             self._apply_progress(name, progress, at)
+
+    def mark_ready(self, name: str) -> None:
+        """The query ``name`` is past initialising its sources (it reads or waits for data)."""
+        with self._lock:
+            self._queries[name].ready = True
+            self._note_ready(time.time())
 
     def set_state(self, name: str, state: str, error: str | None = None) -> None:
         with self._lock:
@@ -164,6 +174,7 @@ class StatusBoard:
             durations = {k: float(v) for k, v in (progress.get("durationMs") or {}).items()}
             total_s = durations.get("triggerExecution", 0.0) / 1000.0
             q.batches += 1
+            q.ready = True
             q.last_batch_id = int(progress.get("batchId", -1))
             q.last_progress_at = at
             spark_rows = int(progress.get("numInputRows") or 0)
@@ -185,9 +196,13 @@ class StatusBoard:
                     q.offsets = offsets
             q.history.append([round(at, 3), q.input_rate, q.processing_rate,
                               float(self._lag_of(q) or 0)])
-            if (self._ready_s is None and self._queries
-                    and all(x.batches > 0 for x in self._queries.values())):
-                self._ready_s = at - self.started_at
+            self._note_ready(at)
+
+    def _note_ready(self, at: float) -> None:
+        """Record when every query first was ready (the lock is held)."""
+        if (self._ready_s is None and self._queries
+                and all(x.ready and x.state == "active" for x in self._queries.values())):
+            self._ready_s = at - self.started_at
 
     def _lag_of(self, q: QueryFigures) -> int | None:
         ends = self._ends.get(q.input_topic)
@@ -250,7 +265,7 @@ class StatusBoard:
                        } if q.offsets else {}
                 queries.append({
                     "name": q.name, "kind": q.kind, "query_name": q.query_name,
-                    "id": q.query_id, "run_id": q.run_id, "state": q.state,
+                    "id": q.query_id, "run_id": q.run_id, "state": q.state, "ready": q.ready,
                     "generation": q.generation, "input_topic": q.input_topic,
                     "restarts": q.restarts, "last_error": q.last_error,
                     "batches": q.batches, "last_batch_id": q.last_batch_id,
@@ -268,7 +283,7 @@ class StatusBoard:
             return {
                 "app": self.app_name, "source": self.source, "time": time.time(),
                 "started_at": self.started_at,
-                "start": {"all_active_s": self._active_s, "first_batches_done_s": self._ready_s},
+                "start": {"all_active_s": self._active_s, "all_ready_s": self._ready_s},
                 "queries": queries,
                 "counters": dict(self._counters),
                 "projector_counters": {k: dict(v) for k, v in self._projector_counters.items()},

@@ -191,7 +191,8 @@ class StatusCollector:
             rss.add_metric([app, process], float(n))
         yield rss
         start = GaugeMetricFamily("cqrs_start_seconds", "Seconds from the runner's start until "
-                                  "every query was active / had finished a batch.",
+                                  "every query was active / ready (past initialising its "
+                                  "sources).",
                                   labels=["app", "until"])
         for until, secs in sorted(s["start"].items()):
             if secs is not None:

@@ -47,6 +47,7 @@ class _Slot:
     failures: int = 0
     retry_at: float = 0.0
     started_at: float = 0.0
+    ready: bool = False  # the board was told this run is past initialising
 
 
 class Supervisor:
@@ -81,6 +82,7 @@ class Supervisor:
             self._failed(slot, f"could not start: {type(exc).__name__}: {exc}")
             return
         slot.query, slot.generation, slot.started_at = query, generation, time.monotonic()
+        slot.ready = False
         self.board.bind(spec.name, str(query.id), str(query.runId), str(query.name), generation)
         gen = f" on generation {generation}" if generation is not None else ""
         self._say(f"{spec.name}: query {query.name} running{gen}")
@@ -93,6 +95,14 @@ class Supervisor:
         self.board.set_state(slot.spec.name, "restarting", error)
         self._say(f"{slot.spec.name}: {error.splitlines()[0] if error else 'stopped'}; "
                   f"restart {slot.failures} in {wait:.0f} s")
+
+    def _note_ready(self, slot: _Slot) -> None:
+        """Tell the board once when the slot's query is past initialising its sources."""
+        from cqrs.spark_session import past_initialising
+
+        if slot.query is not None and past_initialising(slot.query):
+            slot.ready = True
+            self.board.mark_ready(slot.spec.name)
 
     def check(self) -> None:
         """One round: restart what failed and is due, follow generation switches."""
@@ -107,6 +117,8 @@ class Supervisor:
                 error = slot.query.exception()
                 self._failed(slot, str(error) if error is not None else "stopped without an error")
                 continue
+            if not slot.ready:
+                self._note_ready(slot)
             if slot.failures and now - slot.started_at > HEALTHY_AFTER_S:
                 slot.failures = 0
             try:
@@ -129,8 +141,8 @@ class Supervisor:
 
         for slot in self._slots:
             self._start(slot)
-            if slot.query is not None:
-                wait_until_started(slot.query, self.start_timeout_s)
+            if slot.query is not None and wait_until_started(slot.query, self.start_timeout_s):
+                self._note_ready(slot)
         try:
             while not self._stop.is_set() and not (stop_event is not None and stop_event.is_set()):
                 self._stop.wait(self.poll_s)

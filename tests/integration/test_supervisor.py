@@ -93,3 +93,38 @@ def test_a_failing_query_restarts_alone_and_generations_switch(spark: Any, tmp_p
     assert not runner.is_alive()
     assert {q["state"] for q in queries().values()} == {"stopped"}
     assert not [q for q in spark.streams.active if q.name and q.name.startswith(unique_name)]
+
+
+def test_an_idle_query_counts_as_ready_without_a_batch(spark: Any, tmp_path: Path,
+                                                      unique_name: str) -> None:
+    """Like the retry job with no dead letter: a query that never gets data runs no batch and
+    Spark posts no progress event for its idle triggers, yet the app is ready once it waits."""
+    board = StatusBoard("supervised")
+    listener = attach_listener(spark, board)
+    empty = tmp_path / "no-files-ever"
+    empty.mkdir()
+
+    def idle_query(generation: int | None) -> Any:
+        return (spark.readStream.format("text").load(str(empty))
+                .writeStream.foreachBatch(lambda _df, _id: None)
+                .option("checkpointLocation", str(tmp_path / f"{unique_name}-idle"))
+                .queryName(f"{unique_name}-idle").trigger(processingTime="1 second").start())
+
+    specs = [QuerySpec("busy", "processor", "rate",
+                       _rate_query(spark, tmp_path, f"{unique_name}-busy", lambda _: None)),
+             QuerySpec("idle", "retrier", "retries", idle_query)]
+    supervisor = Supervisor(board, specs, backoff_s=1.0, report=lambda _: None, poll_s=0.5)
+    stop = threading.Event()
+    runner = threading.Thread(target=supervisor.run, args=(stop,), daemon=True)
+    runner.start()
+    try:
+        _wait("every query ready", lambda: board.snapshot()["start"]["all_ready_s"] is not None)
+        s = board.snapshot()
+        idle = {q["name"]: q for q in s["queries"]}["idle"]
+        assert (idle["state"], idle["ready"], idle["batches"]) == ("active", True, 0)
+        assert s["start"]["all_ready_s"] >= s["start"]["all_active_s"]
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+        spark.streams.removeListener(listener)
+    assert not runner.is_alive()

@@ -62,7 +62,35 @@ def test_snapshot_has_lag_rates_and_start() -> None:
     assert proj["generation"] == 1 and proj["total_lag"] == 1
     assert proj["batch_duration"]["buckets"][:3] == [[0.1, 0], [0.25, 0], [0.5, 1]]
     assert s["counters"]["commands_in"] == 15 and s["counters"]["accepted"] == 12
-    assert s["start"]["all_active_s"] is not None and s["start"]["first_batches_done_s"] is not None
+    assert s["start"]["all_active_s"] is not None and s["start"]["all_ready_s"] is not None
+    assert proc["ready"] and proj["ready"]  # both reported progress
+
+
+def test_ready_means_every_query_past_initialising_not_a_batch_from_each() -> None:
+    board = StatusBoard("bank")
+    board.declare("processor", "processor", "bank.commands")
+    board.declare("retrier", "retrier", "bank.retries")
+    board.bind("processor", "q-1", "r-1", "cqrs-processor-bank")
+    board.mark_ready("retrier")  # not started yet: a stale word does not make the app ready
+    assert board.snapshot()["start"]["all_ready_s"] is None
+    board.bind("retrier", "q-3", "r-3", "cqrs-retrier-bank")
+    s = board.snapshot()
+    assert s["start"]["all_active_s"] is not None and s["start"]["all_ready_s"] is None
+    assert [q["ready"] for q in s["queries"]] == [False, False]  # both still initialising
+    board.on_progress("q-1", _progress(0, 5, '{"0": 5}'))  # the processor ran a batch
+    assert board.snapshot()["start"]["all_ready_s"] is None  # the retry job still initialises
+    # the supervisor saw the retry job waiting for data: no dead letter came, so it runs no batch
+    board.mark_ready("retrier")
+    s = board.snapshot()
+    ready_s = s["start"]["all_ready_s"]
+    assert ready_s is not None and 0 <= ready_s < 60
+    retrier = s["queries"][1]
+    assert (retrier["ready"], retrier["batches"], retrier["last_progress_at"]) == (True, 0, None)
+    # a restart initialises its sources again; the start figure is the first time, and stays
+    board.set_state("retrier", "restarting", "boom")
+    board.bind("retrier", "q-4", "r-4", "cqrs-retrier-bank")
+    s = board.snapshot()
+    assert s["queries"][1]["ready"] is False and s["start"]["all_ready_s"] == ready_s
 
 
 def test_restart_is_counted_and_logged() -> None:
@@ -74,8 +102,9 @@ def test_restart_is_counted_and_logged() -> None:
 
 
 def test_metrics_parse_and_match_the_snapshot() -> None:
+    board = _board()
     families = {f.name: f for f in text_string_to_metric_families(
-        metrics_text(_board().snapshot).decode())}
+        metrics_text(board.snapshot).decode())}
 
     def value(family: str, sample: str, **labels: str) -> float:
         found = [s.value for s in families[family].samples
@@ -110,6 +139,8 @@ def test_metrics_parse_and_match_the_snapshot() -> None:
                  "cqrs_projection_rebuild_progress_ratio", generation="2") == 0.25
     assert value("cqrs_projection_position", "cqrs_projection_position", generation="1",
                  partition="1") == 3
+    ready_s = board.snapshot()["start"]["all_ready_s"]
+    assert value("cqrs_start_seconds", "cqrs_start_seconds", until="all_ready_s") == ready_s
 
 
 def test_status_page_is_offline_html_over_status_json() -> None:
@@ -124,6 +155,7 @@ def test_top_screen() -> None:
     screen = render_top(_board().snapshot(), colour=False)
     assert "processor" in screen and "projector:balances" in screen
     assert "commands in: 15" in screen and "accepted: 12" in screen
+    assert "every query was ready" in screen
     assert "\x1b[" not in screen
     assert "[#####               ] 25%" in screen  # the rebuild's progress
     assert sparkline([0, 1, 2, 4]) == "▁▃▅█" and sparkline([0, 0]) == "▁▁"

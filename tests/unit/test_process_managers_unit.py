@@ -4,7 +4,9 @@ processor recognising the commands they send forever (beyond the dedup window)."
 from __future__ import annotations
 
 import datetime as dt
+from typing import Union
 
+import attrs
 import pytest
 
 from cqrs.app import App
@@ -99,6 +101,102 @@ def test_a_name_that_cannot_be_part_of_a_table_name_is_refused() -> None:
 
             def on(self, event: LoanRequested) -> None:
                 return None
+
+
+# --- union-typed reactions ------------------------------------------------------------------------
+
+class ReleaseOnEnd(ProcessManager):
+    """Frees the member's slot whether the book comes back or the loan is cancelled."""
+
+    name = "release-on-end"
+    completes_on = (LoanCancelled,)
+
+    def ended(self, event: BookReturned | LoanCancelled, ctx: ReactionContext) -> Send:
+        return Send(event.member_id, ReleaseLoanSlot(book_id=ctx.aggregate_id))
+
+
+@attrs.frozen
+class Answers:
+    seen: int = 0
+
+
+class CountAnswers(ProcessManager[Answers]):
+    """Stateful, ``typing.Union`` spelling: counts the member's answers per conversation."""
+
+    name = "count-answers"
+
+    def answered(self, state: Answers | None, event: Union[LoanSlotReserved, LoanSlotRefused],
+                 ) -> Reaction[Answers]:
+        return Reaction(Answers((state or Answers()).seen + 1))
+
+
+def _library(*pms: type[ProcessManager]) -> App:
+    return App("library-union", aggregates=[Book, Member], handlers=[BookHandler, MemberHandler],
+               process_managers=list(pms))
+
+
+def test_a_union_typed_reaction_has_one_route_per_member() -> None:
+    routes = {r.event_class: r for r in ReleaseOnEnd().routes()}
+    assert set(routes) == {BookReturned, LoanCancelled}
+    assert {r.method_name for r in routes.values()} == {"ended"}
+    assert all(r.wants_context and not r.stateful for r in routes.values())
+    stateful = {r.event_class: r for r in CountAnswers().routes()}
+    assert set(stateful) == {LoanSlotReserved, LoanSlotRefused}
+    assert all(r.stateful and not r.wants_context for r in stateful.values())
+
+
+def test_the_kit_reacts_to_each_member_of_the_union_and_completes_on_still_ends() -> None:
+    lib = _library(ReleaseOnEnd, CountAnswers)
+    t = ProcessTest(lib, ReleaseOnEnd)
+    t.when(BookReturned("ann"), aggregate_id="b1").then(Send("ann", ReleaseLoanSlot("b1")))
+    cancelled = t.when(LoanCancelled("bob", "suspended"), aggregate_id="b2")
+    cancelled.then(Send("bob", ReleaseLoanSlot("b2")))
+    cancelled.then_completes()  # a completes_on event that is also a union member does both
+    with pytest.raises(AssertionError, match="does not complete"):
+        t.when(BookReturned("ann"), aggregate_id="b1").then_completes()
+    t.when(BookLent("ann"), aggregate_id="b1").then_nothing()  # not a member: no reaction
+    c = ProcessTest(lib, CountAnswers)
+    one = c.given(LoanSlotReserved("b1"), aggregate_id="ann")
+    one.when(LoanSlotRefused("b2", "limit_reached"), aggregate_id="ann").then_state(Answers(2))
+    c.when(LoanSlotRefused("b2", "limit_reached"), aggregate_id="ann").then_state(Answers(1))
+
+
+def test_a_union_member_another_reaction_also_takes_is_refused() -> None:
+    class Twice(ReleaseOnEnd):
+        name = "twice"
+
+        def returned(self, event: BookReturned) -> None:
+            return None
+
+    with pytest.raises(HandlerSignatureError, match="reacts to 'lending.BookReturned' in both"):
+        _library(Twice)
+
+
+@pytest.mark.parametrize("annotation", ["BookReturned | int", "BookReturned | list[int]",
+                                        "Union[BookReturned, None]"])
+def test_a_union_with_a_member_that_is_not_an_event_class_is_refused_at_app_build(
+        annotation: str) -> None:
+    class Loose(ProcessManager):
+        def on_back(self, event: BookReturned) -> None:
+            return None
+
+    Loose.on_back.__annotations__["event"] = annotation  # as `from __future__ import annotations` stores it
+    with pytest.raises(HandlerSignatureError) as info:
+        _library(Loose)
+    message = str(info.value)
+    assert "Loose.on_back" in message and "'event'" in message
+    assert "is not an @event class" in message and "make a helper method private" in message
+
+
+def test_a_union_naming_a_class_that_does_not_resolve_is_refused_at_app_build() -> None:
+    class Typo(ProcessManager):
+        def on_back(self, event: BookReturned | BookMislaid) -> None:  # type: ignore[name-defined]  # noqa: F821
+            return None
+
+    with pytest.raises(HandlerSignatureError,
+                       match=r"Typo.on_back cannot be resolved \(name 'BookMislaid' is not "
+                             r"defined\): import every class"):
+        _library(Typo)
 
 
 # --- derived ids ---------------------------------------------------------------------------------
