@@ -209,6 +209,9 @@ class ReactorRun:
 
     def close(self) -> None:
         self.producer.flush(30)
+        close = getattr(self.producer, "close", None)  # confluent-kafka >= 2.13; else freed by GC
+        if close is not None:
+            close()
         self._schemas.close()
         if self.table is not None:
             self.table.close()
