@@ -209,7 +209,7 @@ class ReactorRun:
 
     def close(self) -> None:
         self.producer.flush(30)
-        close = getattr(self.producer, "close", None)  # confluent-kafka >= 2.13; else freed by GC
+        close = getattr(self.producer, "close", None)  # newer confluent-kafka clients; older ones free it with the object
         if close is not None:
             close()
         self._schemas.close()
