@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import pytest
 
+from cqrs import type_name
 from cqrs.client import CommandClient, StateReader
 from cqrs.config import CqrsConfig
 from cqrs.envelope import from_kafka
@@ -80,11 +81,15 @@ def test_unpaid_orders_are_cancelled_when_their_window_ends_and_paid_ones_are_no
     paid, unpaid = f"o-{uuid.uuid4().hex[:6]}", [f"o-{uuid.uuid4().hex[:6]}" for _ in range(2)]
     with CommandClient(app, r.cfg) as client:
         placed = {o: _place(client, o, 4) for o in [paid, *unpaid]}
+        wait_for("the deadline to be written", lambda: pending_deadlines(r.cfg, app, unpaid[0]),
+                 timeout=30)
         pending = pending_deadlines(r.cfg, app, unpaid[0])
         assert [(d.name, d.target_id) for d in pending] == [("orders.CancelUnpaidOrder", unpaid[0])]
         assert pending[0].command_id.startswith(f"dl:orders.Order:{unpaid[0]}:orders.CancelUnpaidOrder:")
         assert client.send_and_wait(paid, PayOrder(1000, "pay-1"), timeout=WAIT).accepted
-        assert pending_deadlines(r.cfg, app, paid) == []  # cancelled with the payment
+        # cancelled with the payment (written just after its result, with its state row)
+        wait_for("the paid order's deadline to go", lambda: pending_deadlines(r.cfg, app, paid) == [],
+                 timeout=30)
 
     def cancelled() -> bool:
         with StateReader(app, r.cfg) as reader:
@@ -108,4 +113,4 @@ def test_unpaid_orders_are_cancelled_when_their_window_ends_and_paid_ones_are_no
 
 def pending_id(order: str, placed: Any) -> str:
     due_ms = int((placed.timestamp + dt.timedelta(seconds=4)).timestamp() * 1000)
-    return f"dl:orders.Order:{order}:{CancelUnpaidOrder.__cqrs_type_name__}:{due_ms}"
+    return f"dl:orders.Order:{order}:{type_name(CancelUnpaidOrder)}:{due_ms}"
