@@ -4,14 +4,13 @@ list``: an aggregate's pending deadlines."""
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 from typing import Any
 
 from cqrs.cli.run_cmd import job_parsers, say, serve_query
 from cqrs.config import CqrsConfig
 
-__all__ = ["deadline_json", "register"]
+__all__ = ["register"]
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -52,31 +51,10 @@ def _run(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     return serve_query(query)
 
 
-def deadline_json(d: Any) -> dict[str, Any]:
-    """A pending deadline as JSON-ready data (CLI and HTTP)."""
-    due = _dt.datetime.fromtimestamp((d.due_ms or 0) / 1000, _dt.timezone.utc)
-    return {"name": d.name, "due": due.isoformat(), "command_type": d.command_type,
-            "target_type": d.target_type, "target_id": d.target_id, "command_id": d.command_id,
-            "correlation_id": d.correlation_id}
-
-
-def pending_deadlines(cfg: CqrsConfig, app: Any, aggregate_id: str,
-                      aggregate_type: str | None = None) -> list[Any]:
-    """What an aggregate scheduled and the timer has not fired, earliest first."""
-    from cqrs.scheduler.store import open_deadline_store
-    from cqrs.topics import topics_for
-
-    types = [aggregate_type] if aggregate_type else [e.type_name for e in app.model.aggregates.values()]
-    store = open_deadline_store(cfg, topics_for(app.name, cfg.kafka.topic_prefix).base)
-    try:
-        found = [d for t in types for d in store.of_owner(f"{t}:{aggregate_id}")]
-    finally:
-        store.close()
-    return sorted(found, key=lambda d: (d.due_ms or 0, d.name))
-
-
 def _list(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     from cqrs.loading import load_app
+    from cqrs.scheduler.records import deadline_json
+    from cqrs.scheduler.store import pending_deadlines
 
     app = load_app(args.app)
     found = pending_deadlines(cfg, app, args.aggregate_id, args.aggregate_type)

@@ -1,4 +1,5 @@
-"""``/aggregates/{id}``: an aggregate's current version and state (the aggregate-state table)."""
+"""``/aggregates/{id}``: an aggregate's current version and state (the aggregate-state table), and
+``/aggregates/{id}/deadlines``: what it scheduled that has not fired (the scheduler's table)."""
 
 from __future__ import annotations
 
@@ -37,5 +38,21 @@ def routes(ctx: HttpContext) -> APIRouter:
                                  f"no aggregate {aggregate_id!r} in the processor's state (not "
                                  "created yet, or the processor has not run)"}, status_code=404)
         return to_jsonable(state)
+
+    @router.get("/{aggregate_id}/deadlines",
+                summary="the deadlines an aggregate scheduled that have not fired, earliest first")
+    async def get_deadlines(aggregate_id: str,
+                            type: str | None = Query(None, description="aggregate type name "  # noqa: A002
+                                                     "(default: every type of the app)")) -> Any:
+        from cqrs.scheduler.records import deadline_json
+        from cqrs.scheduler.store import pending_deadlines
+
+        if type is not None and type not in ctx.app.model.aggregates:
+            return JSONResponse({"error": "UnknownAggregateType", "message":
+                                 f"aggregate type {type!r} is not in app {ctx.app.name!r}; "
+                                 f"known: {sorted(ctx.app.model.aggregates)}"}, status_code=404)
+        found = await run_in_threadpool(lambda: pending_deadlines(
+            ctx.cfg, ctx.app, aggregate_id, type, store=ctx.deadlines))
+        return [deadline_json(d) for d in found]
 
     return router

@@ -54,6 +54,7 @@ class HttpContext:
         self.recent = RecentCommands(recent_capacity)
         self._client = client
         self._states = states
+        self._deadlines: Any = None
         self._lock = threading.Lock()
 
     def has_client(self) -> bool:
@@ -73,9 +74,24 @@ class HttpContext:
                 self._states = StateReader(self.app, self.cfg)
             return self._states
 
+    @property
+    def deadlines(self) -> Any:
+        """The app's deadline store (:mod:`cqrs.scheduler.store`), opened on first use."""
+        with self._lock:
+            if self._deadlines is None:
+                from cqrs.scheduler.store import open_deadline_store
+                from cqrs.topics import topics_for
+
+                self._deadlines = open_deadline_store(
+                    self.cfg, topics_for(self.app.name, self.cfg.kafka.topic_prefix).base)
+            return self._deadlines
+
     def close(self) -> None:
         with self._lock:
+            deadlines, self._deadlines = self._deadlines, None
             client, states, self._client, self._states = self._client, self._states, None, None
+        if deadlines is not None:
+            deadlines.close()
         if client is not None:
             client.close()
         if states is not None:

@@ -4,6 +4,7 @@ Shared by the processor's step, the process managers' job, the test kits and the
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Any
 
 import attrs
@@ -12,7 +13,7 @@ from cqrs.domain.deadlines import DeadlineChange, due_ms_of
 from cqrs.domain.messages import type_name
 from cqrs.envelope import Envelope, to_kafka
 
-__all__ = ["StoredDeadline", "stored_deadline"]
+__all__ = ["StoredDeadline", "deadline_json", "stored_deadline"]
 
 
 @attrs.frozen
@@ -52,3 +53,11 @@ def stored_deadline(change: DeadlineChange, app: Any, codec: Any) -> StoredDeadl
     return StoredDeadline(change.owner, change.name, due_ms_of(change.due), entry.type_name,
                           change.target_id, cid, key, value, change.correlation_id,
                           type_name(change.command))
+
+
+def deadline_json(d: StoredDeadline) -> dict[str, Any]:
+    """A pending deadline as JSON-ready data (CLI and HTTP)."""
+    due = _dt.datetime.fromtimestamp((d.due_ms or 0) / 1000, _dt.timezone.utc)
+    return {"name": d.name, "due": due.isoformat(), "command_type": d.command_type,
+            "target_type": d.target_type, "target_id": d.target_id, "command_id": d.command_id,
+            "correlation_id": d.correlation_id}

@@ -29,8 +29,8 @@ from cqrs.errors import CqrsError
 from cqrs.scheduler.due import DueTable
 from cqrs.scheduler.records import StoredDeadline
 
-__all__ = ["DEADLINES", "DUE", "CURSOR", "DeadlineStore", "DeadlineStoreError", "StoredDeadline",
-           "open_deadline_store"]
+__all__ = ["CURSOR", "DEADLINES", "DUE", "DeadlineStore", "DeadlineStoreError", "StoredDeadline",
+           "open_deadline_store", "pending_deadlines"]
 
 DEADLINES, DUE, CURSOR = "cqrs_deadlines", "cqrs_deadline_due", "cqrs_deadline_cursor"
 SAFETY_MS = 2000  # how far ahead of its writer's clock an entry already due is placed
@@ -157,3 +157,20 @@ def open_deadline_store(cfg: CqrsConfig, app_base: str) -> DeadlineStore:
     except Exception:
         db.close()
         raise
+
+
+def pending_deadlines(cfg: CqrsConfig, app: Any, aggregate_id: str, aggregate_type: str | None = None,
+                      store: DeadlineStore | None = None) -> list[StoredDeadline]:
+    """What an aggregate scheduled and the timer has not fired, earliest first (every aggregate
+    type of the app unless ``aggregate_type`` names one); on ``store`` or a store of its own."""
+    from cqrs.topics import topics_for
+
+    types = [aggregate_type] if aggregate_type else list(app.model.aggregates)
+    own = store is None
+    store = store or open_deadline_store(cfg, topics_for(app.name, cfg.kafka.topic_prefix).base)
+    try:
+        found = [d for t in types for d in store.of_owner(f"{t}:{aggregate_id}")]
+    finally:
+        if own:
+            store.close()
+    return sorted(found, key=lambda d: (d.due_ms or 0, d.name))

@@ -75,12 +75,13 @@ def _fired(r: Running) -> Counter[str]:
 
 def test_unpaid_orders_are_cancelled_when_their_window_ends_and_paid_ones_are_not(
         running: Running) -> None:
-    from cqrs.cli.scheduler_cmd import pending_deadlines
+    from cqrs.scheduler.store import pending_deadlines
 
     r = running
     paid, unpaid = f"o-{uuid.uuid4().hex[:6]}", [f"o-{uuid.uuid4().hex[:6]}" for _ in range(2)]
     with CommandClient(app, r.cfg) as client:
-        placed = {o: _place(client, o, 4) for o in [paid, *unpaid]}
+        _place(client, f"warm-up-{uuid.uuid4().hex[:6]}", 3600)  # the processor's first batch
+        placed = {o: _place(client, o, 6) for o in [paid, *unpaid]}
         wait_for("the deadline to be written", lambda: pending_deadlines(r.cfg, app, unpaid[0]),
                  timeout=30)
         pending = pending_deadlines(r.cfg, app, unpaid[0])
@@ -107,10 +108,47 @@ def test_unpaid_orders_are_cancelled_when_their_window_ends_and_paid_ones_are_no
         (env, ev), = [(env, ev) for env, ev in events
                       if env.aggregate_id == o and isinstance(ev, OrderCancelled)]
         assert ev.reason == "unpaid" and env.correlation_id == placed[o].command_id
-        assert env.timestamp == placed[o].timestamp + dt.timedelta(seconds=4)
+        assert env.timestamp == placed[o].timestamp + dt.timedelta(seconds=6)
     assert pending_deadlines(r.cfg, app, unpaid[0]) == []
 
 
+def test_pending_deadlines_over_http_and_the_command_line(running: Running) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from fastapi.testclient import TestClient
+
+    from cqrs.http.app import create_http_app
+    from cqrs.http.context import HttpContext
+
+    r = running
+    order = f"o-{uuid.uuid4().hex[:6]}"
+    with CommandClient(app, r.cfg) as client:
+        placed = _place(client, order, 3600)
+    due_at = placed.timestamp + dt.timedelta(seconds=3600)
+    due = due_at.replace(microsecond=due_at.microsecond // 1000 * 1000).isoformat()  # ms: stored so
+    ctx = HttpContext(app, r.cfg)
+    try:
+        with TestClient(create_http_app(ctx)) as http:
+            wait_for("the deadline over HTTP", lambda: http.get(f"/aggregates/{order}/deadlines").json(),
+                     timeout=30)
+            body = http.get(f"/aggregates/{order}/deadlines").json()
+            assert [(d["name"], d["due"], d["target_id"]) for d in body] == [
+                ("orders.CancelUnpaidOrder", due, order)]
+            assert http.get("/aggregates/nobody/deadlines").json() == []
+            assert http.get(f"/aggregates/{order}/deadlines", params={"type": "nope"}).status_code == 404
+    finally:
+        ctx.close()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+           "CQRS_KAFKA_TOPIC_PREFIX": r.topics.base.removesuffix(app.name)}
+    cli = subprocess.run([sys.executable, "-m", "cqrs.cli.main", "deadlines", "list", APP_REF, order,
+                          "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert [d["command_id"] for d in json.loads(cli.stdout)] == [body[0]["command_id"]]
+
+
 def pending_id(order: str, placed: Any) -> str:
-    due_ms = int((placed.timestamp + dt.timedelta(seconds=4)).timestamp() * 1000)
+    due_ms = int((placed.timestamp + dt.timedelta(seconds=6)).timestamp() * 1000)
     return f"dl:orders.Order:{order}:{type_name(CancelUnpaidOrder)}:{due_ms}"
