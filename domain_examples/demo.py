@@ -1,8 +1,9 @@
 """``cqrs demo``: the four example apps end to end on the real stack, in one command.
 
 It starts the local stack if none is running, runs the command processors of bank, orders,
-loyalty and lending, lending's process managers and bank's retry job in one Spark session,
-races clients for loans across aggregates, sends the scripted workload of
+loyalty and lending, lending's process managers, bank's retry job and orders' deadline
+scheduler in one Spark session, races clients for loans across aggregates, lets an unpaid
+order's payment window run out (a deadline), sends the scripted workload of
 :mod:`domain_examples.workload` through the real client (including a race, rejections, a
 repeated command id and a handler crash), shows the answers and the dead letters (in the topic,
 and as the retry job recorded them), runs the projectors into Cassandra, prints the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import datetime as _dt
 import shutil
 import sys
 import tempfile
@@ -47,8 +49,9 @@ APP_REFS = {
     "loyalty": "domain_examples.loyalty:app",
     "lending": "domain_examples.lending:app",
 }
-STEPS = 8
+STEPS = 9
 LOAN_BOOKS = [f"book-{i}" for i in range(1, 6)]
+DEADLINE_ORDERS = ["ord-dee-paid", "ord-dee-unpaid"]  # a 3-second payment window each
 
 
 @attrs.frozen
@@ -226,6 +229,37 @@ class Demo:
                    "ann holds three loans: the other two were refused by the member and "
                    "cancelled at their book (each client waited for its conversation's end)")
 
+    # ---- deadlines ----------------------------------------------------------------------------
+
+    def expire_unpaid(self, client: Any, orders_app: App) -> None:
+        """Two orders with a 3-second payment window: one is paid at once (its deadline is
+        cancelled), the other is not, and the scheduler sends its CancelUnpaidOrder when the
+        window ends; the order's own handler cancels it."""
+        from cqrs.client.query import StateReader
+        from domain_examples.orders import OrderLine, OrderStatus, PayOrder, PlaceOrder
+
+        now = _dt.datetime.now(_dt.timezone.utc)
+        placed = [client.send(o, PlaceOrder("c-dee", (OrderLine("sku-9", 1, 700),), now,
+                                            payment_window_s=3)) for o in DEADLINE_ORDERS]
+        self.check(all(client.wait(f, self.opts.timeout_s).accepted for f in placed),
+                   "two orders placed with a 3-second payment window")
+        paid = client.send(DEADLINE_ORDERS[0], PayOrder(700, "pay-dee"))
+        self.check(client.wait(paid, self.opts.timeout_s).accepted, f"{DEADLINE_ORDERS[0]} paid at once")
+        deadline = time.monotonic() + self.opts.timeout_s
+        with StateReader(orders_app, self.cfg) as reader:
+            while True:
+                states = {o: reader.get(o) for o in DEADLINE_ORDERS}
+                if states[DEADLINE_ORDERS[1]].state.status is OrderStatus.CANCELLED \
+                        or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        self.table(["order", "status", "version"],
+                   [(o, s.state.status.value, s.version) for o, s in states.items()])
+        self.check(states[DEADLINE_ORDERS[0]].state.status is OrderStatus.PAID
+                   and states[DEADLINE_ORDERS[1]].state.status is OrderStatus.CANCELLED,
+                   f"{DEADLINE_ORDERS[1]} was cancelled by its deadline when its window ended, "
+                   f"{DEADLINE_ORDERS[0]}'s deadline was cancelled by the payment")
+
     # ---- read models --------------------------------------------------------------------------
 
     def show_read_models(self, apps: dict[str, App]) -> None:
@@ -287,13 +321,14 @@ class Demo:
         from projections.runner import run_projectors
 
         from cqrs.process.job import ProcessManagerOptions, start_process_manager
+        from cqrs.scheduler.job import SchedulerOptions, start_scheduler
 
         self.say(f"cqrs demo {self.run_id}: bank, orders, loyalty and lending on Kafka, Spark and "
                  "Cassandra")
         self.step("the local stack")
         with self.stack():
-            self.step("Spark, the four command processors, lending's process managers and bank's "
-                      "retry job")
+            self.step("Spark, the four command processors, lending's process managers, bank's "
+                      "retry job and orders' deadline scheduler")
             log = self.base_cfg.dev.home_path / "logs" / f"demo-{self.run_id}-spark.log"
             spark = spark_session(self.cfg, f"cqrs-demo-{self.run_id}", log_file=log)
             self.say(f"  Spark's own output goes to {log}")
@@ -310,13 +345,14 @@ class Demo:
                 starts += [lambda pm=pm: start_process_manager(
                     self.cfg, ProcessManagerOptions(APP_REFS["lending"], pm.name))
                     for pm in apps["lending"].process_managers]
+                starts.append(lambda: start_scheduler(self.cfg, SchedulerOptions(APP_REFS["orders"])))
                 for start in starts:  # one at a time: see wait_until_started
                     queries.append(start())
                     if not wait_until_started(queries[-1]):
                         raise RuntimeError(f"query {queries[-1].name} did not start: "
                                            f"{queries[-1].exception()}")
-                self.say(f"  {len(queries)} streaming queries running: 4 processors, bank's retry "
-                         f"job and lending's process managers (topics prefixed "
+                self.say(f"  {len(queries)} jobs running: 4 processors, bank's retry job, "
+                         f"lending's process managers and orders' scheduler (topics prefixed "
                          f"{self.cfg.kafka.topic_prefix!r}, Cassandra keyspace {self.cfg.cassandra.keyspace!r})")
                 clients = {name: [CommandClient(app, self.cfg) for _ in range(2 if name == "bank" else 1)]
                            for name, app in apps.items()}
@@ -327,6 +363,9 @@ class Demo:
 
                 self.step("a race across aggregates: five loans for a member allowed three")
                 self.race_for_loans(clients["lending"][0])
+
+                self.step("a deadline: an order not paid within its payment window is cancelled")
+                self.expire_unpaid(clients["orders"][0], apps["orders"])
 
                 self.step("dead letters (`cqrs dlq list domain_examples.bank:app --raw`)")
                 for q in queries:

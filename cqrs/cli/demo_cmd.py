@@ -14,8 +14,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
         "demo", help="run the example apps end to end on the local stack and check the results",
         description="Starts the local stack if none is running, runs the command processors "
         "and projectors of the bank, orders, loyalty and lending examples, lending's process "
-        "managers and bank's retry job, races clients for loans across aggregates (each waits "
-        "for its conversation's end), sends a scripted workload (a race, rejections, a repeated "
+        "managers, bank's retry job and orders' deadline scheduler, races clients for loans "
+        "across aggregates (each waits for its conversation's end), lets an unpaid order's "
+        "payment window run out (a deadline cancels it), sends a scripted workload (a race, rejections, a repeated "
         "command id, a handler crash), prints the answers, dead letters (the topic and the retry "
         "job's record) and read models, rebuilds a projection, and checks all of it (exit 0: "
         "every check passed). Uses fresh topics, keyspace and checkpoints, removed afterwards.")

@@ -60,6 +60,7 @@ class SchedulerQuery(LoopQuery):
         self.store: Any = None
         self._producer: Any = None
         self._cursor = 0
+        self._rounds = 0  # rounds done
 
     def _serve(self) -> None:
         from cqrs.kafka_io import make_producer
@@ -75,6 +76,7 @@ class SchedulerQuery(LoopQuery):
             while not self._stop.is_set():
                 started = time.monotonic()
                 stats = self.run_round()
+                self._rounds += 1
                 if self._on_round is not None and (stats.fired or stats.stale):
                     self._on_round(stats)
                 period.fired += stats.fired
@@ -90,6 +92,18 @@ class SchedulerQuery(LoopQuery):
         finally:
             self._producer.flush(30)
             self.store.close()
+
+    def processAllAvailable(self, timeout: float = 600.0) -> None:  # noqa: N802
+        """Wait until every deadline due at the call is sent (a round started after it ended)."""
+        self._started.wait(timeout)
+        target = self._rounds + 2  # the running round may have read before the call
+        deadline = time.monotonic() + timeout
+        while self._rounds < target:
+            if self._error is not None:
+                raise self._error
+            if not self.isActive or time.monotonic() > deadline:
+                raise SchedulerError(f"{self.name} stopped or took over {timeout:g} s for a round")
+            time.sleep(0.02)
 
     def run_round(self, now_ms: int | None = None) -> RoundStats:
         """One round: send what is due at ``now_ms`` (default: now)."""
