@@ -217,9 +217,13 @@ def _scheduler_spec(cfg: CqrsConfig, app_ref: str, board: Any, commands_topic: s
         board.count(deadlines_fired=r.fired, deadlines_dropped=r.stale,
                     deadline_lateness_s=sum(r.lateness_s))
 
+    def on_progress(query_id: str, p: Any) -> None:
+        board.on_progress(query_id, p)
+        board.set_gauges(deadlines_waiting=p.get("deadlinesWaiting"))
+
     def start(_: int | None) -> Any:
         return start_scheduler(cfg, SchedulerOptions(app_ref), on_round=on_round,
-                               on_progress=board.on_progress)
+                               on_progress=on_progress)
 
     return QuerySpec("scheduler", "scheduler", commands_topic, start)
 

@@ -107,6 +107,7 @@ class StatusBoard:
         self._dead_letters: dict[str, dict[str, Any]] = {}  # topic -> row
         self._projections: list[dict[str, Any]] = []
         self._memory: dict[str, int] = {}
+        self._gauges: dict[str, float] = {}  # set_gauges: e.g. deadlines_waiting
         self._ready_s: float | None = None  # every query ready (see QueryFigures.ready)
         self._active_s: float | None = None
         self._events: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
@@ -249,6 +250,15 @@ class StatusBoard:
         with self._lock:
             self._projections = copy.deepcopy(rows)
 
+    def set_gauges(self, **values: float | None) -> None:
+        """Current values of the framework's gauges (``None``: unknown, left out)."""
+        with self._lock:
+            for k, v in values.items():
+                if v is None:
+                    self._gauges.pop(k, None)
+                else:
+                    self._gauges[k] = float(v)
+
     def set_memory(self, rss: Mapping[str, int]) -> None:
         with self._lock:
             self._memory = dict(rss)
@@ -286,6 +296,7 @@ class StatusBoard:
                 "start": {"all_active_s": self._active_s, "all_ready_s": self._ready_s},
                 "queries": queries,
                 "counters": dict(self._counters),
+                "gauges": dict(self._gauges),
                 "projector_counters": {k: dict(v) for k, v in self._projector_counters.items()},
                 "topics": {t: {str(p): e for p, e in sorted(ends.items())}
                            for t, ends in sorted(self._ends.items())},

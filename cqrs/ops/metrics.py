@@ -184,6 +184,14 @@ class StatusCollector:
                     progress.add_metric(labels[:3], float(g["progress"]))
         yield from (position, plag, progress)
 
+        waiting = GaugeMetricFamily("cqrs_deadlines_waiting", "Deadlines' due entries not reached "
+                                    "yet (a cancelled or moved deadline's entry counts until its "
+                                    "time), from the scheduler's per-bucket counts.",
+                                    labels=["app"])
+        if "deadlines_waiting" in s.get("gauges", {}):
+            waiting.add_metric([app], s["gauges"]["deadlines_waiting"])
+        yield waiting
+
         rss = GaugeMetricFamily("cqrs_resident_memory_bytes", "Resident memory of the runner's "
                                 "processes (driver JVM, Python driver, Python workers).",
                                 labels=["app", "process"])

@@ -145,6 +145,7 @@ class SchedulerQuery(LoopQuery):
             "fired": period.fired, "stale": period.stale,
             "latenessP50Seconds": late[len(late) // 2] if late else None,
             "latenessMaxSeconds": late[-1] if late else None,
+            "deadlinesWaiting": self.store.waiting(self._cursor),
         })
 
 

@@ -33,6 +33,7 @@ __all__ = ["CURSOR", "DEADLINES", "DUE", "DeadlineStore", "DeadlineStoreError", 
            "open_deadline_store", "pending_deadlines"]
 
 DEADLINES, DUE, CURSOR = "cqrs_deadlines", "cqrs_deadline_due", "cqrs_deadline_cursor"
+BUCKETS = "cqrs_deadline_buckets"  # entries per due-time bucket (counters), for the waiting gauge
 SAFETY_MS = 2000  # how far ahead of its writer's clock an entry already due is placed
 KEEP_FIRED_S = 86_400  # a deadline's row lives this long after its due time
 MAX_TTL_S = 630_720_000  # Cassandra's limit (20 years)
@@ -63,6 +64,10 @@ class DeadlineStore:
                    "due_ms bigint, target_type text, target_id text, command_id text, key blob, "
                    "value blob, correlation_id text, command_type text, placed_ms bigint, "
                    "PRIMARY KEY ((app, owner), name))")
+        db.execute(f"CREATE TABLE IF NOT EXISTS {BUCKETS} (app text, bucket bigint, entries counter, "
+                   "PRIMARY KEY ((app), bucket))")
+        self._count = db.prepare(f"UPDATE {BUCKETS} SET entries = entries + ? WHERE app = ? AND "
+                                 "bucket = ?", write=True)
         # the timer reads from its cursor: make sure there is one before any entry is written
         # (every writer places entries after its own clock, so after this one)
         db.execute(db.prepare(f"INSERT INTO {CURSOR} (app, cursor_ms) VALUES (?, ?) IF NOT EXISTS",
@@ -108,7 +113,26 @@ class DeadlineStore:
         # the rows first: an entry whose row is missing is stale and would be dropped
         self.db.concurrent_statements(statements, f"writes of {DEADLINES}")
         self.due_table.add(entries)
+        self._counted(entries, 1)
         return scheduled, cancelled
+
+    def _counted(self, entries: Sequence[tuple[Any, ...]], sign: int) -> None:
+        """Add (or take off) entries to the per-bucket counts: one counter update per bucket.
+        Approximate: a re-run adds its entries again (the count is a gauge, nothing decides on it)."""
+        per: dict[int, int] = {}
+        for e in entries:
+            b = self.due_table.bucket(e[0])
+            per[b] = per.get(b, 0) + 1
+        if per:
+            self.db.concurrent(self._count, [(sign * n, self.app, b) for b, n in per.items()])
+
+    def waiting(self, cursor: int) -> int:
+        """Due entries not reached yet (cancelled or moved deadlines' entries included until
+        their time), from the per-bucket counts: one small partition read."""
+        rows = self.db.execute(self.db.prepare(
+            f"SELECT entries FROM {BUCKETS} WHERE app = ? AND bucket >= ?"),
+            (self.app, self.due_table.bucket(cursor)))
+        return max(0, sum(r[0] or 0 for r in rows))
 
     # ---- the timer ------------------------------------------------------------------------------
 
@@ -130,6 +154,7 @@ class DeadlineStore:
     def forget(self, entries: Sequence[tuple[Any, ...]]) -> None:
         """Delete due entries (fired or stale)."""
         self.due_table.delete(entries)
+        self._counted(entries, -1)
 
     def cursor(self) -> int | None:
         return self.due_table.cursor()

@@ -143,6 +143,21 @@ def test_metrics_parse_and_match_the_snapshot() -> None:
     assert value("cqrs_start_seconds", "cqrs_start_seconds", until="all_ready_s") == ready_s
 
 
+def test_deadline_figures_are_counters_and_a_gauge() -> None:
+    board = _board()
+    board.count(deadlines_scheduled=7, deadlines_cancelled=1, deadlines_fired=5,
+                deadlines_dropped=1, deadline_lateness_s=1.5)
+    board.set_gauges(deadlines_waiting=3)
+    text = metrics_text(board.snapshot).decode()
+    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert (samples["cqrs_deadlines_scheduled_total"], samples["cqrs_deadlines_cancelled_total"],
+            samples["cqrs_deadlines_fired_total"], samples["cqrs_deadlines_dropped_total"],
+            samples["cqrs_deadline_lateness_seconds_total"], samples["cqrs_deadlines_waiting"]) == (
+        7, 1, 5, 1, 1.5, 3)
+    board.set_gauges(deadlines_waiting=None)  # unknown: left out
+    assert "cqrs_deadlines_waiting{" not in metrics_text(board.snapshot).decode()
+
+
 def test_status_page_is_offline_html_over_status_json() -> None:
     page = status_page().decode()
     assert page.startswith("<!doctype html>") and 'fetch("status.json"' in page
