@@ -64,9 +64,9 @@ class DeadlineStore:
                    "due_ms bigint, target_type text, target_id text, command_id text, key blob, "
                    "value blob, correlation_id text, command_type text, placed_ms bigint, "
                    "PRIMARY KEY ((app, owner), name))")
-        db.execute(f"CREATE TABLE IF NOT EXISTS {BUCKETS} (app text, bucket bigint, entries counter, "
+        db.execute(f"CREATE TABLE IF NOT EXISTS {BUCKETS} (app text, bucket bigint, placed counter, "
                    "PRIMARY KEY ((app), bucket))")
-        self._count = db.prepare(f"UPDATE {BUCKETS} SET entries = entries + ? WHERE app = ? AND "
+        self._count = db.prepare(f"UPDATE {BUCKETS} SET placed = placed + ? WHERE app = ? AND "
                                  "bucket = ?", write=True)
         # the timer reads from its cursor: make sure there is one before any entry is written
         # (every writer places entries after its own clock, so after this one)
@@ -130,7 +130,7 @@ class DeadlineStore:
         """Due entries not reached yet (cancelled or moved deadlines' entries included until
         their time), from the per-bucket counts: one small partition read."""
         rows = self.db.execute(self.db.prepare(
-            f"SELECT entries FROM {BUCKETS} WHERE app = ? AND bucket >= ?"),
+            f"SELECT placed FROM {BUCKETS} WHERE app = ? AND bucket >= ?"),
             (self.app, self.due_table.bucket(cursor)))
         return max(0, sum(r[0] or 0 for r in rows))
 

@@ -141,6 +141,13 @@ def test_pending_deadlines_over_http_and_the_command_line(running: Running) -> N
             assert http.get(f"/aggregates/{order}/deadlines", params={"type": "nope"}).status_code == 404
     finally:
         ctx.close()
+    from cqrs.scheduler.store import open_deadline_store
+
+    store = open_deadline_store(r.cfg, r.topics.base)
+    try:  # the gauge: entries not reached yet, the hour-long one among them
+        assert store.waiting(int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)) >= 1
+    finally:
+        store.close()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
            "CQRS_KAFKA_TOPIC_PREFIX": r.topics.base.removesuffix(app.name)}
     cli = subprocess.run([sys.executable, "-m", "cqrs.cli.main", "deadlines", "list", APP_REF, order,
