@@ -159,3 +159,55 @@ def test_pending_deadlines_over_http_and_the_command_line(running: Running) -> N
 def pending_id(order: str, placed: Any) -> str:
     due_ms = int((placed.timestamp + dt.timedelta(seconds=6)).timestamp() * 1000)
     return f"dl:orders.Order:{order}:{type_name(CancelUnpaidOrder)}:{due_ms}"
+
+
+def test_an_app_killed_while_deadlines_fire_fires_each_once_after_its_restart(
+        cqrs_config: CqrsConfig, tmp_path: Any) -> None:
+    """`cqrs run app` SIGKILLed (its whole process group) in the middle of a run of due
+    deadlines, then started again: every deadline fired, none applied twice."""
+    import os
+    import sys
+    import time
+
+    from process_group import Jobs
+
+    prefix = f"t-dlkill-{uuid.uuid4().hex[:8]}-"
+    cfg = cqrs_config.with_overrides(kafka={"topic_prefix": prefix})
+    topics = topics_for(app.name, prefix)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "CQRS_KAFKA_TOPIC_PREFIX": prefix,
+           "CQRS_KAFKA_BOOTSTRAP": cfg.kafka.bootstrap_servers, "CQRS_METRICS_PORT": "0",
+           "CQRS_SPARK_CHECKPOINT_DIR": str(tmp_path / "ck")}
+    jobs = Jobs(tmp_path, env)
+    jobs.run("app", "run", "app", APP_REF, "--no-projectors")
+    try:
+        orders = [f"k-{i}" for i in range(300)]
+        with CommandClient(app, cfg) as client:
+            assert client.send_and_wait("warm-up", PlaceOrder(
+                "c-1", LINES, dt.datetime.now(dt.timezone.utc), 3600), timeout=420).accepted
+            now = dt.datetime.now(dt.timezone.utc)
+            # due over about six seconds, from ~10 s on
+            futures = [client.send(o, PlaceOrder("c-1", LINES, now, payment_window_s=10 + i // 50))
+                       for i, o in enumerate(orders)]
+            assert all(f.result(WAIT).accepted for f in futures), jobs.log("app")
+        time.sleep(max(0.0, (now + dt.timedelta(seconds=12) - dt.datetime.now(dt.timezone.utc))
+                       .total_seconds()))
+        jobs.kill("app")  # SIGKILL to the group: the scheduler, processor and JVM at once
+        r = Running(cfg, topics, None)
+        before = len(_fired(r))
+        assert 0 < before < len(orders), f"killed with {before} fired: not while firing"
+        jobs.run("app", "run", "app", APP_REF, "--no-projectors")
+
+        def all_fired() -> bool:
+            return len(_fired(r)) == len(orders)
+
+        wait_for("every deadline to fire after the restart", all_fired, timeout=300)
+        time.sleep(3)
+        fired = _fired(r)
+        assert len(fired) == len(orders) and set(fired.values()) == {1}, fired.most_common(3)
+        envelopes = [from_kafka(e.key, e.value, e.headers)[0]
+                     for e in read_to_end(cfg, [topics.events])]
+        cancelled = Counter(e.aggregate_id for e in envelopes
+                            if e.message_type == "orders.OrderCancelled")
+        assert sorted(cancelled) == sorted(orders) and set(cancelled.values()) == {1}
+    finally:
+        jobs.stop_all()
