@@ -91,3 +91,30 @@ def test_instances_are_stored_and_a_batch_read_again_changes_nothing(cfg: CqrsCo
     (sent,) = read_to_end(cfg, [topics.commands])
     env, _ = from_kafka(sent.key, sent.value, sent.headers)
     assert env.command_id == "pm:strikes:lending.Member:3:0:ann"
+
+
+def test_a_reaction_schedules_a_deadline_and_a_later_one_cancels_it(cfg: CqrsConfig,
+                                                                   topics: AppTopics) -> None:
+    from cqrs.scheduler.store import open_deadline_store
+    from domain_examples.lending import BookLent, CancelLoan
+
+    run = ReactorRun(cfg, app, "patience", topics)
+    try:
+        run.run([event("lending.Book", "b1", 1, LoanRequested("ann"), 0),
+                 event("lending.Book", "b2", 1, LoanRequested("bob"), 1)])
+        run.run([event("lending.Book", "b1", 2, BookLent("ann", 1), 2)])  # b1's loan went through
+    finally:
+        run.close()
+    store = open_deadline_store(cfg, topics.base)
+    try:
+        assert store.of_owner("pm:patience:conv-b1") == []  # cancelled by the later reaction
+        (d,) = store.of_owner("pm:patience:conv-b2")  # the stateless owner: the conversation
+    finally:
+        store.close()
+    due = T0 + dt.timedelta(minutes=1 + 10)  # the event's time (version 1: T0 + 1 min) + 10 min
+    assert (d.name, d.target_type, d.target_id, d.due_ms) == (
+        "lending.CancelLoan", "lending.Book", "b2", int(due.timestamp() * 1000))
+    env, payload = from_kafka(d.key, d.value, [])
+    assert (env.command_id, env.timestamp, env.correlation_id, env.aggregate_id) == (
+        d.command_id, due, "conv-b2", "b2")
+    assert app.codec.decode(payload) == CancelLoan("bob", "timed_out")
