@@ -2,9 +2,9 @@
 and moving a test's clock to fire what is due, with no services and no sleeping.
 
 The orders example's whole flow, a moved deadline, deadlines that schedule the next one, a
-deadline to another aggregate, the messages of failed assertions, and a property: the kit fires
-exactly the deadlines whose last change is a schedule due by the clock, each once, in due
-order."""
+deadline to another aggregate, a process manager's saga timeout, the messages of failed
+assertions, and a property: the kit fires exactly the deadlines whose last change is a
+schedule due by the clock, each once, in due order."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from cqrs import (
 from cqrs.domain.deadlines import DeadlineChange, deadline_command_id
 from cqrs.testing import AggregateTest
 from cqrs.testing.deadlines import ClockError, PendingDeadlines
+from cqrs.testing.process import ProcessTest
 from domain_examples.orders import (
     CancelUnpaidOrder, Order, OrderCancelled, OrderLine, OrderPaid, OrderPlaced, OrderStatus,
     PayOrder, PlaceOrder,
@@ -404,6 +405,62 @@ def test_the_other_assertions_list_the_deadlines(order: AggregateTest) -> None:
         early.then(OrderCancelled("unpaid", 0, DUE))
     with pytest.raises(AssertionError, match="then_fired checks what advance"):
         placed.then_fired()
+
+
+# --- a process manager's saga timeout ---------------------------------------------------------------
+
+@pytest.fixture
+def policy() -> ProcessTest:
+    return ProcessTest(tickets, HoldPolicy, aggregate_id="hold-1", timestamp=T0)
+
+
+def test_a_reaction_schedules_a_timeout_that_fires_unless_cancelled(policy: ProcessTest) -> None:
+    held = policy.when(SeatsHeld("show-1", 2))
+    held.then(Send("show-1", ReleaseSeats(0)))
+    timeout = held.then_scheduled(ExpireHold(), after=timedelta(minutes=10), to="hold-1",
+                                  name="payment-timeout")
+    assert timeout.owner == "pm:hold-policy:test-conversation-1"  # stateless: the conversation
+    assert held.deadlines == (timeout,) and held.pending == (timeout,)
+    held.advance(timedelta(minutes=9)).then_fired()
+    fired = held.advance(timedelta(minutes=10))
+    fired.then_fired(Send("hold-1", ExpireHold()))
+    assert fired.fired[0].command_id == deadline_command_id(timeout.owner, "payment-timeout", T0 + timedelta(minutes=10))
+    assert fired.fired[0].correlation_id == "test-conversation-1" and fired.pending == ()
+    assert fired.fired[0].command is not timeout.command  # the codec's copy
+    fired.advance(timedelta(days=1)).then_fired()
+
+
+def test_paying_cancels_the_saga_timeout(policy: ProcessTest) -> None:
+    paid = policy.given(SeatsHeld("show-1", 2)).when(HoldPaid(), timestamp=T0 + timedelta(minutes=3))
+    paid.then_nothing()
+    paid.then_cancelled("payment-timeout")
+    paid.then_nothing_scheduled()
+    assert paid.pending == ()
+    paid.advance(timedelta(hours=1)).then_fired()
+
+
+def test_the_given_events_deadlines_stay_pending_per_conversation(policy: ProcessTest) -> None:
+    two = policy.given(SeatsHeld("show-1", 2)).when(SeatsHeld("show-2", 1), aggregate_id="hold-2",
+                                                     correlation_id="c2", timestamp=T0 + timedelta(minutes=1))
+    assert [d.owner for d in two.pending] == ["pm:hold-policy:test-conversation-1", "pm:hold-policy:c2"]
+    first = two.advance(timedelta(minutes=9))  # from the latest event's time
+    first.then_fired(Send("hold-1", ExpireHold()))
+    first.advance(timedelta(minutes=1)).then_fired(Send("hold-2", ExpireHold()))
+
+
+def test_the_process_kit_messages(policy: ProcessTest) -> None:
+    held = policy.when(SeatsHeld("show-1", 2))
+    with pytest.raises(AssertionError, match=r"reaction to SeatsHeld\(show_id='show-1', seats=2\): expected "
+                                             r"it to schedule\n  'payment-timeout' due 2024-05-01T12:15:00"):
+        held.then_scheduled(ExpireHold(), after=timedelta(minutes=15), to="hold-1", name="payment-timeout")
+    with pytest.raises(Exception, match="without to=...: a process manager names the aggregate"):
+        held.then_scheduled(ExpireHold(), after=timedelta(minutes=10))
+    with pytest.raises(AssertionError, match="expected it to cancel 'payment-timeout'"):
+        held.then_cancelled("payment-timeout")
+    with pytest.raises(AssertionError, match="expected it to schedule nothing"):
+        held.then_nothing_scheduled()
+    with pytest.raises(AssertionError, match=r"-\[\]\n\+\[Send\(aggregate_id='hold-1', command=ExpireHold\(\)"):
+        held.advance(timedelta(minutes=10)).then_fired()
 
 
 # --- the bookkeeping rules ----------------------------------------------------------------------------
