@@ -24,6 +24,7 @@ from cqrs.domain.decision import event_id_for
 from cqrs.domain.messages import type_name
 from cqrs.domain.process import ProcessManager, Send
 from cqrs.envelope import Envelope
+from cqrs.errors import NotAMessageError
 from cqrs.process.reactor import Instance, Reactor, ReactorOutput, SourceEvent, process_manager_of
 from cqrs.testing._deadline_checks import (
     check_cancelled, check_fired, check_nothing_scheduled, check_scheduled,
@@ -164,6 +165,10 @@ class ProcessWhen:
         """Assert the reaction scheduled ``command`` as ``Schedule(command, after=/at=, to=,
         name=)`` in it would (``after`` from the event's time; ``to`` is required, as in a
         reaction). Returns the deadline."""
+        if to is None:
+            raise NotAMessageError(
+                f"then_scheduled({command!r}) needs to=<aggregate id>: a process manager's "
+                "deadline names the aggregate its command goes to, as its Schedule does")
         return check_scheduled(
             f"reaction to {self.source.event!r}", self.deadlines,
             Schedule(command, after=after, at=at, to=to, name=name),

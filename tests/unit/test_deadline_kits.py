@@ -21,6 +21,7 @@ from cqrs import (
     Schedule, Send, command, event,
 )
 from cqrs.domain.deadlines import DeadlineChange, deadline_command_id
+from cqrs.errors import NotAMessageError
 from cqrs.testing import AggregateTest
 from cqrs.testing.deadlines import ClockError, PendingDeadlines
 from cqrs.testing.process import ProcessTest
@@ -453,7 +454,7 @@ def test_the_process_kit_messages(policy: ProcessTest) -> None:
     with pytest.raises(AssertionError, match=r"reaction to SeatsHeld\(show_id='show-1', seats=2\): expected "
                                              r"it to schedule\n  'payment-timeout' due 2024-05-01T12:15:00"):
         held.then_scheduled(ExpireHold(), after=timedelta(minutes=15), to="hold-1", name="payment-timeout")
-    with pytest.raises(Exception, match="without to=...: a process manager names the aggregate"):
+    with pytest.raises(NotAMessageError, match=r"then_scheduled\(ExpireHold\(\)\) needs to=<aggregate id>"):
         held.then_scheduled(ExpireHold(), after=timedelta(minutes=10))
     with pytest.raises(AssertionError, match="expected it to cancel 'payment-timeout'"):
         held.then_cancelled("payment-timeout")
