@@ -15,9 +15,10 @@ from typing import Any
 from cqrs.domain.deadlines import DeadlineChange, Schedule, deadline_name, resolve_deadlines
 from cqrs.domain.process import Send
 from cqrs.testing._diff import diff
+from cqrs.testing.deadlines import last_changes
 
 __all__ = ["as_send", "check_cancelled", "check_fired", "check_nothing_scheduled", "check_scheduled",
-           "net_changes", "show"]
+           "show"]
 
 
 def show(change: DeadlineChange) -> str:
@@ -34,16 +35,6 @@ def _listing(changes: Iterable[DeadlineChange], empty: str) -> str:
     return "\n".join(lines) if lines else f"  {empty}"
 
 
-def net_changes(changes: Iterable[DeadlineChange]) -> list[DeadlineChange]:
-    """The last change of each deadline (``owner``, ``name``), in the order of those changes:
-    what the changes leave behind (scheduled then cancelled is cancelled)."""
-    last: dict[tuple[str, str], DeadlineChange] = {}
-    for c in changes:
-        last.pop((c.owner, c.name), None)
-        last[(c.owner, c.name)] = c
-    return list(last.values())
-
-
 def _fields(change: DeadlineChange) -> dict[str, Any]:
     return {"name": change.name, "due": change.due, "to": change.target_id, "command": change.command}
 
@@ -51,7 +42,7 @@ def _fields(change: DeadlineChange) -> dict[str, Any]:
 def check_scheduled(where: str, changes: Sequence[DeadlineChange], schedule: Schedule, *,
                     now: _dt.datetime, times: Mapping[str, _dt.datetime],
                     default_target: str | None, note: str = "") -> DeadlineChange:
-    """The schedule among ``changes`` (their net effect) that ``schedule`` describes, else an
+    """The schedule among ``changes`` (their last changes) that ``schedule`` describes, else an
     ``AssertionError`` listing what was scheduled. ``times``: the time of each deciding command
     or event by its id (the change's causation id), ``after`` counts from it (``now`` if not
     found); ``default_target``: the deciding aggregate (None for a process manager)."""
@@ -61,7 +52,7 @@ def check_scheduled(where: str, changes: Sequence[DeadlineChange], schedule: Sch
                                       correlation_id="", causation_id="", where="then_scheduled")
         return change
 
-    left = net_changes(changes)
+    left = last_changes(changes)
     scheduled = [c for c in left if not c.cancelled]
     for c in scheduled:
         if _fields(expected(times.get(c.causation_id or "", now))) == _fields(c):
@@ -81,9 +72,9 @@ def check_scheduled(where: str, changes: Sequence[DeadlineChange], schedule: Sch
 def check_cancelled(where: str, changes: Sequence[DeadlineChange], name: str | type,
                     note: str = "") -> DeadlineChange:
     """The cancellation of the deadline ``name`` (a str or the command class) among
-    ``changes`` (their net effect), else an ``AssertionError`` listing the changes."""
+    ``changes`` (their last changes), else an ``AssertionError`` listing the changes."""
     wanted = deadline_name(name)
-    left = net_changes(changes)
+    left = last_changes(changes)
     for c in left:
         if c.cancelled and c.name == wanted:
             return c
@@ -92,8 +83,8 @@ def check_cancelled(where: str, changes: Sequence[DeadlineChange], name: str | t
 
 
 def check_nothing_scheduled(where: str, changes: Sequence[DeadlineChange]) -> None:
-    """No schedule among ``changes`` (their net effect; cancellations are allowed)."""
-    scheduled = [c for c in net_changes(changes) if not c.cancelled]
+    """No schedule among ``changes`` (their last changes; cancellations are allowed)."""
+    scheduled = [c for c in last_changes(changes) if not c.cancelled]
     if scheduled:
         raise AssertionError(f"{where}: expected it to schedule nothing, but it scheduled\n"
                              f"{_listing(scheduled, 'nothing')}")

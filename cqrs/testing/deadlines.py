@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from cqrs.domain.deadlines import DeadlineChange, due_ms_of
 from cqrs.errors import CqrsError
 
-__all__ = ["ClockError", "PendingDeadlines", "advance_clock", "aware"]
+__all__ = ["ClockError", "PendingDeadlines", "advance_clock", "aware", "last_changes"]
 
 
 class ClockError(CqrsError, ValueError):
@@ -45,6 +45,16 @@ def aware(now: _dt.datetime) -> _dt.datetime:
     return now
 
 
+def last_changes(changes: Iterable[DeadlineChange]) -> list[DeadlineChange]:
+    """The last change of each deadline (``owner``, ``name``), in the order of those last
+    changes: what a run of changes amounts to (scheduled then cancelled is cancelled)."""
+    last: dict[tuple[str, str], DeadlineChange] = {}
+    for change in changes:
+        last.pop((change.owner, change.name), None)
+        last[(change.owner, change.name)] = change
+    return list(last.values())
+
+
 class PendingDeadlines:
     """The deadlines scheduled and neither cancelled nor fired yet (see the module doc)."""
 
@@ -54,7 +64,7 @@ class PendingDeadlines:
 
     def apply(self, changes: Iterable[DeadlineChange]) -> None:
         """Apply schedules and cancellations in order: the last change of a deadline wins."""
-        for change in changes:
+        for change in last_changes(changes):
             if change.cancelled:
                 self._by_key.pop((change.owner, change.name), None)
             else:

@@ -23,7 +23,7 @@ from cqrs import (
 from cqrs.domain.deadlines import DeadlineChange, deadline_command_id
 from cqrs.errors import NotAMessageError
 from cqrs.testing import AggregateTest
-from cqrs.testing.deadlines import ClockError, PendingDeadlines
+from cqrs.testing.deadlines import ClockError, PendingDeadlines, last_changes
 from cqrs.testing.process import ProcessTest
 from domain_examples.orders import (
     CancelUnpaidOrder, Order, OrderCancelled, OrderLine, OrderPaid, OrderPlaced, OrderStatus,
@@ -484,6 +484,9 @@ def test_pending_deadlines_rules() -> None:
     assert len(pending) == 3 and len(copy) == 4
     with pytest.raises(ClockError, match="timezone-aware"):
         pending.due(dt.datetime(2024, 1, 1))
+    moved_then_cancelled = [_change("o", "a", 1), _change("o", "b", 2), _change("o", "a", 3),
+                            _change("o", "a", None)]
+    assert last_changes(moved_then_cancelled) == [_change("o", "b", 2), _change("o", "a", None)]
 
 
 # --- the property ---------------------------------------------------------------------------------
