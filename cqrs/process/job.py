@@ -156,7 +156,7 @@ class ReactorRun:
         out = self.reactor.run(sources, instances)
         self._deliver(out, unreadable)
         if out.deadlines:  # after the commands, before the instances (a re-run writes them again)
-            self.deadlines().apply([stored_deadline(c, self.app, self.codec) for c in out.deadlines])
+            self.deadlines().apply([stored_deadline(c, self.app.model.route, self.codec) for c in out.deadlines])
         if self.table is not None:
             self.table.write(out.instances)
         return BatchReport(len(sources), out.reacted, out.skipped, len(out.commands),

@@ -256,7 +256,7 @@ class AggregateStep:
                             new_event, self.codec.encode(new_event.event))
                         out.append(OutputRecord(self.topics.events, key, value, headers))
                     if outcome.deadlines:
-                        deadlines.extend(stored_deadline(c, self.app, self.codec)
+                        deadlines.extend(stored_deadline(c, self._route, self.codec)
                                          for c in outcome.deadlines)
                 elif type(outcome) is Failed:
                     retry = self._retry(p, outcome)

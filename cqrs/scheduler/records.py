@@ -5,6 +5,7 @@ Shared by the processor's step, the process managers' job, the test kits and the
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -35,13 +36,14 @@ class StoredDeadline:
 
 
 
-def stored_deadline(change: DeadlineChange, app: Any, codec: Any) -> StoredDeadline:
+def stored_deadline(change: DeadlineChange, route: Callable[[Any], Any], codec: Any) -> StoredDeadline:
     """``change`` as stored: a cancellation, or a schedule with its command's record (the
     command addressed to ``change.target_id``, with the deadline's derived id, stamped with
-    the due time and the scheduling command's correlation id)."""
+    the due time and the scheduling command's correlation id). ``route``: the app model's
+    ``route`` (which aggregate type handles the command)."""
     if change.due is None:
         return StoredDeadline(change.owner, change.name, None)
-    entry, _ = app.model.route(change.command)
+    entry, _ = route(change.command)
     assert change.target_id is not None
     cid = change.command_id
     env = Envelope.for_command(

@@ -39,6 +39,7 @@ from cqrs.domain.decision import (
     replay,
 )
 from cqrs.domain.model import AggregateEntry, DomainModel
+from cqrs.scheduler.records import stored_deadline
 from cqrs.testing._deadline_checks import (
     check_cancelled, check_fired, check_nothing_scheduled, check_scheduled,
 )
@@ -102,6 +103,24 @@ class AggregateTest:
                 f"{what} {obj!r} does not survive Avro encoding:\n{_diff(obj, back)}"
             )
         return back
+
+    def _fired_command(self, due: DeadlineChange) -> Any:
+        """A due deadline's command as the processor reads it: stored as the scheduler stores
+        it (:func:`~cqrs.scheduler.records.stored_deadline`, the command's record with its
+        envelope), read back from that record and decoded; the envelope must carry the
+        deadline's id, due time and correlation (``due.command`` itself without a codec)."""
+        if self.codec is None:
+            return due.command
+        from cqrs.envelope import read_command
+
+        stored = stored_deadline(due, self.model.route, self.codec)
+        assert stored.key is not None and stored.value is not None
+        found = read_command(stored.key.decode(), stored.value)
+        assert found is not None, f"the record of deadline {due.name!r} is not a command record"
+        env, payload = found
+        assert (env.command_id, env.timestamp, env.correlation_id) == (
+            due.command_id, due.due, due.correlation_id), env
+        return self._roundtrip(self.codec.decode(payload), "deadline command")
 
     def _decide(self, state: Any, version: int, ci: CommandInput) -> Decision:
         """One command through the processor's decision (its router too: a scheduled command
@@ -238,7 +257,7 @@ class When:
                     f"advance to {until.isoformat()}: more than {MAX_FIRED_PER_ADVANCE} deadlines "
                     f"fired (the next: {due.name!r} due {due.due.isoformat()}): advance in "
                     "smaller steps, or check for a deadline that keeps scheduling itself")
-            command = self.test._roundtrip(due.command, "deadline command")
+            command = self.test._fired_command(due)
             due = attrs.evolve(due, command=command)
             fired.append(due)
             if not self.test._is_own(due) or due.command_id in decided:
