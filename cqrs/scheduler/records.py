@@ -34,6 +34,16 @@ class StoredDeadline:
     command_type: str | None = None
     placed_ms: int | None = None  # where its due entry lies (set by the store)
 
+    @property
+    def cancelled(self) -> bool:
+        return self.due_ms is None
+
+    @property
+    def due(self) -> _dt.datetime | None:
+        """The due time (milliseconds, UTC), None for a cancellation."""
+        return None if self.due_ms is None else _dt.datetime.fromtimestamp(
+            self.due_ms / 1000, _dt.timezone.utc)
+
 
 
 def stored_deadline(change: DeadlineChange, route: Callable[[Any], Any], codec: Any) -> StoredDeadline:

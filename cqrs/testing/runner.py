@@ -1,0 +1,367 @@
+"""The whole app in one process: commands, process managers, deadlines, retries and read models,
+driven by the very modules the real jobs call, on in-memory topics and a virtual clock.
+
+>>> runner = LocalRunner(app)
+>>> started = runner.send_and_wait("book-1", RequestLoan("ann"))
+>>> outcome, event = runner.wait_conversation(started.command_id)
+>>> runner.advance(timedelta(minutes=15))          # deadlines and retries due by then fire
+
+What runs, and with what:
+
+- **commands** are encoded by the client's :func:`~cqrs.client.encode_command` (the Avro codec,
+  so a schema problem shows here first) and routed to a partition of an in-memory commands
+  topic by the key's murmur2 hash, as Kafka's clients route them;
+- the **processor** is :class:`~cqrs.processor.step.AggregateStep`, per aggregate, in offset
+  order, with its dedup, expected versions, dead letters and the output limits;
+- **process managers** are :class:`~cqrs.process.reactor.Reactor` over the events, with their
+  instances in memory (derived command ids, correlation and causation, conversation outcomes);
+- **deadlines** are what the step and the reactor decide (:mod:`cqrs.scheduler.records`), kept
+  by :class:`~cqrs.testing.deadlines.PendingDeadlines` and fired from the stored command record
+  when the clock passes them;
+- **retries** follow the app's :class:`~cqrs.retries.RetryPolicy` through the retry job's own
+  plan (:mod:`cqrs.retrier.plan`): a transient failure's dead letter is delivered again when
+  its backoff is over on the virtual clock, then parked;
+- **read models** are the projections' own code (:class:`projections.LocalProjector`) into a
+  SQLite store (``:memory:`` by default).
+
+Time moves only when the test says so (:meth:`advance`); nothing sleeps. Which partition or
+job goes next is drawn from ``random.Random(seed)``, so an interleaving is reproducible; the
+default seed is 0. Like the CLI and the demo, this module sees both the ``cqrs`` core and
+``projections`` (an outer floor: nothing in the core imports it).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from cqrs.app import App
+from cqrs.client.encoding import encode_command
+from cqrs.deadletters import DeadLetter, parse_dead_letter
+from cqrs.envelope import from_kafka, read_command, to_kafka
+from cqrs.kafka_io import KafkaRecord
+from cqrs.process.reactor import Instance, Reactor, SourceEvent
+from cqrs.processor.step import AggregateStep, DedupPolicy, InputRecord, OutputRecord
+from cqrs.results import AggregateRecord, CommandResult, ConversationOutcome
+from cqrs.retrier.plan import WAITING, classify, due_ms, redelivery
+from cqrs.scheduler.records import stored_deadline
+from cqrs.testing.deadlines import PendingDeadlines, advance_clock, aware
+from cqrs.topics import topics_for
+
+__all__ = ["LocalRunner", "RunnerError", "murmur2_partition"]
+
+DEFAULT_START = _dt.datetime(2024, 1, 1, tzinfo=_dt.timezone.utc)
+MAX_STEPS = 1_000_000  # records a run() handles at most before it calls it a loop
+
+
+class RunnerError(AssertionError):
+    """The in-process app could not do what the test asked (an answer that never came, a loop)."""
+
+
+def murmur2_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's Java client (and librdkafka's ``murmur2_random``) picks for ``key``."""
+    seed, m, r = 0x9747B28C, 0x5BD1E995, 24
+    length = len(key)
+    h = (seed ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(key[i:i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    rest = length % 4
+    tail = length - rest
+    if rest == 3:
+        h ^= key[tail + 2] << 16
+    if rest >= 2:
+        h ^= key[tail + 1] << 8
+    if rest >= 1:
+        h ^= key[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return (h & 0x7FFFFFFF) % partitions
+
+
+@attrs.frozen
+class _Command:
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
+    offset: int
+
+
+@attrs.frozen
+class _Retry:
+    due_ms: int
+    letter: DeadLetter
+
+
+class LocalRunner:
+    """An app with its processor, process managers, scheduler, retry job and projectors, in
+    this process (see the module doc)."""
+
+    def __init__(self, app: App, *, partitions: int = 4, start: _dt.datetime = DEFAULT_START,
+                 seed: int = 0, dedup: DedupPolicy = DedupPolicy(), store: Any = None) -> None:
+        self.app = app
+        self.codec = app.codec
+        self.topics = topics_for(app.name)
+        self.partitions = partitions
+        self.clock = aware(start)
+        self.random = random.Random(seed)
+        self.step = AggregateStep(app, self.codec, self.topics, dedup,
+                                  results_partitions=partitions)
+        self.reactors = [Reactor(app, pm) for pm in app.process_managers]
+        self._commands: list[list[_Command]] = [[] for _ in range(partitions)]
+        self._next_offset = [0] * partitions
+        self._applied = [0] * partitions  # next offset the processor takes, per partition
+        self._states: dict[tuple[str, str], AggregateRecord] = {}
+        self._instances: dict[str, dict[str, Instance]] = {r.pm.name: {} for r in self.reactors}
+        self._events: list[tuple[bytes, bytes, list[tuple[str, bytes]], int]] = []
+        self._reacted = {r.pm.name: 0 for r in self.reactors}  # next event each one reads
+        self._projected = 0
+        self._results: dict[str, bytes] = {}  # the first answer of each command id, encoded
+        self._answers: list[bytes] = []  # every answer, in the order written
+        self.dead_letters: list[DeadLetter] = []
+        self.reaction_failures: list[Any] = []  # ReactionFailure: the event dead-lettered
+        self.parked: list[DeadLetter] = []
+        self.outcomes: dict[str, ConversationOutcome] = {}  # the first, per correlation id
+        self.deadlines = PendingDeadlines()
+        self._retries: list[_Retry] = []
+        self.store = store
+        self.projector: Any = None
+        if app.projections:
+            from projections import LocalProjector, SqliteStore
+
+            self.store = store if store is not None else SqliteStore(":memory:")
+            self.projector = LocalProjector(app, self.store, collect_dead_letters=True)
+
+    # ---- the client's vocabulary ----------------------------------------------------------------
+
+    def send(self, aggregate_id: str, command: object, expected_version: int | None = None,
+             command_id: str | None = None, correlation_id: str | None = None) -> str:
+        """Put ``command`` on the commands topic, as a client does (stamped with the clock);
+        its id. Nothing runs until :meth:`run` (or a ``*_and_wait``)."""
+        cid, key, value, headers = encode_command(
+            self.app, aggregate_id, command, expected_version=expected_version,
+            command_id=command_id, correlation_id=correlation_id, timestamp=self.clock)
+        self._produce_command(key, value, list(headers))
+        return cid
+
+    def send_and_wait(self, aggregate_id: str, command: object, expected_version: int | None = None,
+                      command_id: str | None = None, correlation_id: str | None = None) -> CommandResult:
+        """:meth:`send`, then run until its answer is there; the answer."""
+        cid = self.send(aggregate_id, command, expected_version, command_id, correlation_id)
+        self.run()
+        return self.result(cid)
+
+    def result(self, command_id: str) -> CommandResult:
+        """The (first) answer to a command id."""
+        found = self._results.get(command_id)
+        if found is None:
+            raise RunnerError(
+                f"no answer to command {command_id!r}: it waits for a retry or a deadline "
+                "(advance the clock) or was never sent")
+        return self.codec.decode(found)  # type: ignore[no-any-return]
+
+    def answers(self) -> list[CommandResult]:
+        """Every answer written, in order (a command answered again appears again)."""
+        return [self.codec.decode(v) for v in self._answers]
+
+    def wait_conversation(self, correlation_id: str) -> tuple[ConversationOutcome, Any]:
+        """Run until the conversation ended; ``(outcome, event)`` as the client returns them."""
+        self.run()
+        outcome = self.outcomes.get(correlation_id)
+        if outcome is None:
+            raise RunnerError(
+                f"conversation {correlation_id!r} has not ended: no completes_on event yet (it "
+                "may wait for a deadline or a retry: advance the clock)")
+        return outcome, self.codec.decode(outcome.payload)
+
+    def state(self, aggregate_id: str, aggregate_type: str | type | None = None) -> Any:
+        """The aggregate as the processor keeps it (None: it does not exist)."""
+        record = self._record(aggregate_id, aggregate_type)
+        if record is None or record.snapshot is None:
+            return None
+        return self.codec.decode(record.snapshot)
+
+    def version(self, aggregate_id: str, aggregate_type: str | type | None = None) -> int:
+        record = self._record(aggregate_id, aggregate_type)
+        return 0 if record is None else record.version
+
+    def read_model(self) -> Any:
+        """A :class:`projections.ProjectionReader` over the runner's store."""
+        from projections import ProjectionReader
+
+        if self.store is None:
+            raise RunnerError(f"app {self.app.name!r} declares no projection")
+        return ProjectionReader(self.app, self.store)
+
+    def events(self, aggregate_id: str | None = None) -> list[Any]:
+        """The events written so far (of one aggregate, when given), decoded, in log order."""
+        out = []
+        for key, value, headers, _ in self._events:
+            env, payload = from_kafka(key, value, headers)
+            if aggregate_id is None or env.aggregate_id == aggregate_id:
+                out.append(self.codec.decode(payload))
+        return out
+
+    # ---- time and work ----------------------------------------------------------------------------
+
+    def advance(self, by: _dt.timedelta) -> None:
+        """Move the clock ``by`` on: what is due by then (deadlines, retries) fires at its own
+        time, earliest first, each followed by everything it sets off."""
+        until = advance_clock(self.clock, by)
+        self.run()
+        while True:
+            deadline = next(iter(self.deadlines.due(until)), None)
+            retry = min(self._retries, key=lambda r: r.due_ms, default=None)
+            retry_at = None if retry is None else _dt.datetime.fromtimestamp(
+                retry.due_ms / 1000, _dt.timezone.utc)
+            if retry is not None and retry_at is not None and retry_at > until:
+                retry = None
+            if deadline is None and retry is None:
+                break
+            if retry is not None and retry_at is not None and (
+                    deadline is None or deadline.due is None or retry_at < deadline.due):
+                self.clock = max(self.clock, retry_at)
+                self._retries.remove(retry)
+                self._redeliver(retry.letter)
+            else:
+                assert deadline is not None and deadline.due is not None
+                self.clock = max(self.clock, deadline.due)
+                self.deadlines.pop_due(deadline.due)
+                self._produce_command(deadline.key or b"", deadline.value or b"", [])
+            self.run()
+        self.clock = until
+
+    def run(self) -> None:
+        """Process everything there is to process: commands, reactions, projections, in an
+        order drawn from the runner's seed, until nothing is left (the clock stands still)."""
+        for _ in range(MAX_STEPS):
+            jobs = [("command", p) for p in range(self.partitions)
+                    if self._applied[p] < len(self._commands[p])]
+            jobs += [("react", r) for r in self.reactors
+                     if self._reacted[r.pm.name] < len(self._events)]
+            if self.projector is not None and self._projected < len(self._events):
+                jobs.append(("project", None))
+            if not jobs:
+                return
+            kind, what = self.random.choice(jobs)
+            if kind == "command":
+                self._process_partition(what)
+            elif kind == "react":
+                self._react(what)
+            else:
+                self._project()
+        raise RunnerError(f"still busy after {MAX_STEPS:,} steps: do commands send each other "
+                          "in a loop?")
+
+    # ---- the jobs --------------------------------------------------------------------------------
+
+    def _produce_command(self, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        p = murmur2_partition(key, self.partitions)
+        self._commands[p].append(_Command(key, value, headers, self._next_offset[p]))
+        self._next_offset[p] += 1
+
+    def _record(self, aggregate_id: str, aggregate_type: str | type | None) -> AggregateRecord | None:
+        if aggregate_type is None:
+            found = [r for (t, i), r in self._states.items() if i == aggregate_id]
+            if len(found) > 1:
+                raise RunnerError(f"{aggregate_id!r} exists under several aggregate types: name one")
+            return found[0] if found else None
+        name = aggregate_type if isinstance(aggregate_type, str) else \
+            self.app.model.entry(aggregate_type).type_name
+        return self._states.get((name, aggregate_id))
+
+    def _process_partition(self, partition: int) -> None:
+        """Every command waiting on the partition, as a serving task takes a chunk: grouped by
+        aggregate in offset order, one step per aggregate."""
+        waiting = self._commands[partition][self._applied[partition]:]
+        self._applied[partition] += len(waiting)
+        groups: dict[tuple[str | None, str | None], list[InputRecord]] = {}
+        for rec in waiting:
+            agg_id = rec.key.decode("utf-8", "replace") if rec.key else None
+            found = read_command(agg_id, rec.value) if agg_id else None
+            if found is not None:
+                env, payload = found
+                group: tuple[str | None, str | None] = (env.aggregate_type, agg_id)
+            else:  # the older header form, or unreadable: the step reads it the slow way
+                env, payload = None, None
+                agg_type = dict(rec.headers).get("cqrs.aggregate_type")
+                group = (agg_type.decode("utf-8", "replace") if agg_type else None, agg_id)
+            groups.setdefault(group, []).append(InputRecord(
+                rec.key, rec.value, rec.headers, partition, rec.offset, self.topics.commands, env,
+                payload))
+        for (agg_type, agg_id), records in groups.items():
+            known = agg_type is not None and agg_id is not None
+            result = self.step.apply(agg_type if known else None, agg_id if known else None,
+                                     self._states.get((agg_type, agg_id)) if known else None,  # type: ignore[arg-type]
+                                     records)
+            if result.record is not None and known:
+                self._states[(agg_type, agg_id)] = result.record  # type: ignore[index]
+            self._write(result.out)
+            if result.deadlines:
+                self.deadlines.apply(result.deadlines)
+
+    def _write(self, out: Sequence[OutputRecord]) -> None:
+        for r in out:
+            if r.topic == self.topics.events:
+                self._events.append((r.key or b"", r.value or b"", list(r.headers or []),
+                                     len(self._events)))
+            elif r.topic == self.topics.results:  # decoded when asked for
+                self._answers.append(r.value or b"")
+                self._results.setdefault((r.key or b"").decode(), r.value or b"")
+            elif r.topic == self.topics.dead_letters:
+                self._dead_letter(r)
+
+    def _dead_letter(self, r: OutputRecord) -> None:
+        letter = parse_dead_letter(KafkaRecord(
+            self.topics.dead_letters, 0, len(self.dead_letters), r.key, r.value,
+            [(k, v or b"") for k, v in r.headers or []], int(self.clock.timestamp() * 1000)))
+        self.dead_letters.append(letter)
+        if letter.source_topic and letter.source_topic != self.topics.commands:
+            return
+        if classify(letter) == WAITING:
+            self._retries.append(_Retry(due_ms(self.app.retries, letter), letter))
+        elif letter.transient:
+            self.parked.append(letter)
+
+    def _redeliver(self, letter: DeadLetter) -> None:
+        key, value, headers = redelivery(letter.key, letter.value, letter.headers, letter.attempt + 1)
+        self._produce_command(key or b"", value or b"", headers)
+
+    def _react(self, reactor: Reactor) -> None:
+        name = reactor.pm.name
+        key, value, headers, offset = self._events[self._reacted[name]]
+        self._reacted[name] += 1
+        env, payload = from_kafka(key, value, headers)
+        if env.message_type not in reactor.event_types:
+            return
+        sources = [SourceEvent(env, self.codec.decode(payload), payload, 0, offset)]
+        instances = self._instances[name]
+        out = reactor.run(sources, {k: instances.get(k) for k in reactor.keys(sources)})
+        for c in out.commands:
+            k, v, h = to_kafka(c.envelope, self.codec.encode(c.command))
+            self._produce_command(k, v, list(h))
+        for o in out.outcomes:
+            self.outcomes.setdefault(o.correlation_id, o)
+        self.reaction_failures.extend(out.failures)  # the real job dead-letters them
+        self.deadlines.apply([stored_deadline(d, self.app.model.route, self.codec)
+                              for d in out.deadlines])
+        for k, inst in out.instances.items():
+            instances[k] = inst
+
+    def _project(self) -> None:
+        from projections.records import event_record
+
+        key, value, headers, offset = self._events[self._projected]
+        self._projected += 1
+        self.projector.apply([event_record(key, value, headers, 0, offset)])
+

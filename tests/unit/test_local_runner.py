@@ -1,0 +1,160 @@
+"""The whole app in one process (cqrs.testing.runner): the example apps' stories end to end, on
+the modules the real jobs run, with no services and a virtual clock."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+
+from cqrs import App, Aggregate, CommandHandler, RetryPolicy, command, event
+from cqrs.retries import Backoff
+from cqrs.testing.runner import LocalRunner, RunnerError, murmur2_partition
+from domain_examples import lending, orders
+
+KAFKA_MURMUR2 = {  # Kafka's own test vectors (UtilsTest.testMurmur2)
+    "21": -973932308, "foobar": -790332482, "a-little-bit-long-string": -985981536,
+    "a-little-bit-longer-string": -1486304829,
+    "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971, "abc": 479470107,
+}
+
+
+def test_commands_go_to_the_partition_kafka_clients_pick() -> None:
+    for key, h in KAFKA_MURMUR2.items():
+        assert murmur2_partition(key.encode(), 2**31) == h & 0x7FFFFFFF
+        assert murmur2_partition(key.encode(), 12) == (h & 0x7FFFFFFF) % 12
+
+
+def _lending_race(seed: int) -> tuple[list[str], lending.Member]:
+    runner = LocalRunner(lending.app, seed=seed)
+    assert runner.send_and_wait("ann", lending.RegisterMember("Ann")).accepted
+    books = [f"bk-{i}" for i in range(5)]
+    for b in books:
+        runner.send(b, lending.AddBook(b))
+    runner.run()
+    started = [runner.send(b, lending.RequestLoan("ann")) for b in books]  # all at once: a race
+    ends = [type(runner.wait_conversation(cid)[1]).__name__ for cid in started]
+    return ends, runner.state("ann", lending.Member)
+
+
+def test_the_lending_limit_holds_in_every_interleaving_and_a_seed_replays_one() -> None:
+    t0 = time.perf_counter()
+    seen = set()
+    for seed in range(8):
+        ends, member = _lending_race(seed)
+        assert sorted(ends) == ["BookLent"] * 3 + ["LoanCancelled"] * 2, (seed, ends)
+        assert len(member.loans) == lending.MAX_LOANS
+        seen.add(tuple(ends))
+        assert _lending_race(seed)[0] == ends  # the same seed, the same interleaving
+    assert len(seen) > 1  # the seeds do interleave differently
+    assert time.perf_counter() - t0 < 1.0 * 16  # 16 whole flows
+
+
+def test_a_returned_book_releases_the_slot_and_the_read_model_follows() -> None:
+    runner = LocalRunner(lending.app)
+    runner.send_and_wait("ann", lending.RegisterMember("Ann"))
+    runner.send_and_wait("b1", lending.AddBook("Dune"))
+    started = runner.send_and_wait("b1", lending.RequestLoan("ann"))
+    outcome, ev = runner.wait_conversation(started.command_id)
+    assert ev == lending.BookLent("ann", loan_no=1) and outcome.process_manager == "lending"
+    assert runner.send_and_wait("b1", lending.ReturnBook()).accepted
+    runner.run()
+    assert runner.state("ann", lending.Member).loans == ()
+    (loan,) = runner.read_model().category("member_loans", "ann").items
+    assert loan["status"] == "returned"
+
+
+def test_an_unpaid_order_is_cancelled_when_the_clock_passes_its_window() -> None:
+    t0 = time.perf_counter()
+    runner = LocalRunner(orders.app)
+    now = runner.clock
+    line = (orders.OrderLine("sku", 1, 500),)
+    for o in ("paid", "unpaid"):
+        assert runner.send_and_wait(o, orders.PlaceOrder("c-1", line, now, payment_window_s=900)).accepted
+    assert runner.send_and_wait("paid", orders.PayOrder(500, "p-1")).accepted
+    runner.advance(dt.timedelta(minutes=14, seconds=59))
+    assert runner.state("unpaid").status is orders.OrderStatus.PLACED  # not yet
+    runner.advance(dt.timedelta(seconds=1))
+    assert runner.state("unpaid").status is orders.OrderStatus.CANCELLED
+    assert runner.state("paid").status is orders.OrderStatus.PAID
+    cancelled = runner.events("unpaid")[-1]
+    assert cancelled == orders.OrderCancelled("unpaid", 0, now + dt.timedelta(minutes=15))
+    fired = [a for a in runner.answers() if a.command_id.startswith("dl:")]
+    assert [a.aggregate_id for a in fired] == ["unpaid"]
+    assert time.perf_counter() - t0 < 1.0
+
+
+@command(name="runner_test.Charge")
+class Charge:
+    amount: int
+
+
+@event(name="runner_test.Charged")
+class Charged:
+    amount: int
+
+
+class GatewayDown(RuntimeError):
+    pass
+
+
+class Payment(Aggregate, name="runner_test.Payment"):
+    total: int = 0
+
+    def apply_charged(self, e: Charged) -> None:
+        self.total += e.amount
+
+
+FAILURES = {"left": 0}
+
+
+class PaymentHandler(CommandHandler[Payment]):
+    def charge(self, p: Payment, cmd: Charge) -> list[Charged]:
+        if FAILURES["left"] > 0:  # a flaky gateway
+            FAILURES["left"] -= 1
+            raise GatewayDown("the payment gateway timed out")
+        return [Charged(cmd.amount)]
+
+
+payments = App("payments", aggregates=[Payment], handlers=[PaymentHandler],
+               retries=RetryPolicy(transient=[GatewayDown],
+                                   default=Backoff(initial_s=10, jitter=0, max_attempts=3)))
+
+
+def test_a_transient_failure_is_retried_when_its_backoff_is_over_then_parked() -> None:
+    FAILURES["left"] = 1
+    runner = LocalRunner(payments)
+    cid = runner.send("pay-1", Charge(30))
+    runner.run()
+    with pytest.raises(RunnerError, match="waits for a retry"):
+        runner.result(cid)  # a transient failure is not answered while attempts are left
+    runner.advance(dt.timedelta(seconds=9))
+    assert runner.state("pay-1") is None
+    runner.advance(dt.timedelta(seconds=1))  # the backoff: 10 s
+    assert runner.result(cid).accepted and runner.state("pay-1").total == 30
+    FAILURES["left"] = 5  # down for good: attempts 1, 2, 3 fail, then it is parked
+    cid = runner.send("pay-2", Charge(5))
+    runner.advance(dt.timedelta(minutes=5))
+    assert runner.result(cid).status == "failed"
+    assert [d.attempt for d in runner.dead_letters if d.command_id == cid] == [1, 2, 3]
+    assert [d.attempt for d in runner.parked] == [3]
+
+
+def test_a_repeated_command_id_is_answered_once_and_applied_once() -> None:
+    runner = LocalRunner(payments)
+    FAILURES["left"] = 0
+    first = runner.send_and_wait("pay-1", Charge(30), command_id="c-1")
+    again = runner.send_and_wait("pay-1", Charge(30), command_id="c-1")
+    assert again == first and runner.state("pay-1").total == 30
+    assert [a.command_id for a in runner.answers()] == ["c-1", "c-1"]
+
+
+def test_expected_versions_and_unknown_answers_are_the_processors() -> None:
+    runner = LocalRunner(payments)
+    FAILURES["left"] = 0
+    assert runner.send_and_wait("pay-1", Charge(1), expected_version=0).accepted
+    stale = runner.send_and_wait("pay-1", Charge(1), expected_version=0)
+    assert (stale.status, stale.code, stale.version) == ("rejected", "wrong_expected_version", 1)
+    with pytest.raises(RunnerError, match="never sent"):
+        runner.result("no-such-command")
