@@ -20,7 +20,7 @@ from projections.errors import (
     ViewKeyError,
     WaitTimeoutError,
 )
-from projections.local import LocalProjector, records_for
+from projections.local import LocalProjector, LocalReadModels, records_for
 from projections.model import DELETE, CategoryProjection, Delete, EventMeta, Projection, RekeyedProjection
 from projections.query import Page, ProjectionReader
 from projections.sqlite_store import SqliteStore
@@ -36,6 +36,7 @@ __all__ = [
     "EventMeta",
     "GenerationError",
     "LocalProjector",
+    "LocalReadModels",
     "Page",
     "PageTokenError",
     "Projection",

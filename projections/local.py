@@ -102,3 +102,32 @@ class LocalProjector:
                 "collect_dead_letters=True to keep them in .dead_letters (as the Spark projector "
                 "keeps them in its dead-letter topic)", list(new))
         return total
+
+
+class LocalReadModels:
+    """An app's read models for :class:`cqrs.testing.runner.LocalRunner`: its projections folded
+    by :class:`LocalProjector` into ``store`` (default: SQLite in memory) as the runner writes
+    events; read them with :meth:`reader`. Dead letters of projections are kept in
+    ``projector.dead_letters``, as the Spark projector keeps them in its topic.
+
+    >>> runner = LocalRunner(app, read_models=LocalReadModels(app))
+    >>> runner.read_models.reader().get("balances", "acc-1")
+    """
+
+    def __init__(self, app: Any, store: ProjectionStore | None = None) -> None:
+        from projections.sqlite_store import SqliteStore
+
+        self.app = app
+        self.store = store if store is not None else SqliteStore(":memory:")
+        self.projector = LocalProjector(app, self.store, collect_dead_letters=True)
+
+    def apply(self, records: Sequence[tuple[bytes, bytes, Sequence[tuple[str, bytes | None]], int]]) -> None:
+        """Fold events-topic records ``(key, value, headers, offset)`` (the runner's)."""
+        from projections.records import event_record
+
+        self.projector.apply([event_record(k, v, h, 0, o) for k, v, h, o in records])
+
+    def reader(self) -> Any:
+        from projections.query import ProjectionReader
+
+        return ProjectionReader(self.app, self.store)

@@ -21,13 +21,13 @@ What runs, and with what:
 - **retries** follow the app's :class:`~cqrs.retries.RetryPolicy` through the retry job's own
   plan (:mod:`cqrs.retrier.plan`): a transient failure's dead letter is delivered again when
   its backoff is over on the virtual clock, then parked;
-- **read models** are the projections' own code (:class:`projections.LocalProjector`) into a
-  SQLite store (``:memory:`` by default).
+- **read models** are the projections' own code into a SQLite store when the runner is given
+  ``read_models=projections.LocalReadModels(app)`` (the core does not import ``projections``:
+  anything with ``apply(records)`` taking the events topic's records will do).
 
 Time moves only when the test says so (:meth:`advance`); nothing sleeps. Which partition or
 job goes next is drawn from ``random.Random(seed)``, so an interleaving is reproducible; the
-default seed is 0. Like the CLI and the demo, this module sees both the ``cqrs`` core and
-``projections`` (an outer floor: nothing in the core imports it).
+default seed is 0.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class LocalRunner:
     this process (see the module doc)."""
 
     def __init__(self, app: App, *, partitions: int = 4, start: _dt.datetime = DEFAULT_START,
-                 seed: int = 0, dedup: DedupPolicy = DedupPolicy(), store: Any = None) -> None:
+                 seed: int = 0, dedup: DedupPolicy = DedupPolicy(), read_models: Any = None) -> None:
         self.app = app
         self.codec = app.codec
         self.topics = topics_for(app.name)
@@ -134,13 +134,7 @@ class LocalRunner:
         self.outcomes: dict[str, ConversationOutcome] = {}  # the first, per correlation id
         self.deadlines = PendingDeadlines()
         self._retries: list[_Retry] = []
-        self.store = store
-        self.projector: Any = None
-        if app.projections:
-            from projections import LocalProjector, SqliteStore
-
-            self.store = store if store is not None else SqliteStore(":memory:")
-            self.projector = LocalProjector(app, self.store, collect_dead_letters=True)
+        self.read_models = read_models  # e.g. projections.LocalReadModels(app)
 
     # ---- the client's vocabulary ----------------------------------------------------------------
 
@@ -196,12 +190,12 @@ class LocalRunner:
         return 0 if record is None else record.version
 
     def read_model(self) -> Any:
-        """A :class:`projections.ProjectionReader` over the runner's store."""
-        from projections import ProjectionReader
-
-        if self.store is None:
-            raise RunnerError(f"app {self.app.name!r} declares no projection")
-        return ProjectionReader(self.app, self.store)
+        """A reader of the read models (:meth:`projections.LocalReadModels.reader`)."""
+        if self.read_models is None:
+            raise RunnerError(
+                f"this runner folds no read model: pass read_models=LocalReadModels(app) (from "
+                f"projections) to LocalRunner to run {self.app.name!r}'s projections")
+        return self.read_models.reader()
 
     def events(self, aggregate_id: str | None = None) -> list[Any]:
         """The events written so far (of one aggregate, when given), decoded, in log order."""
@@ -249,7 +243,7 @@ class LocalRunner:
                     if self._applied[p] < len(self._commands[p])]
             jobs += [("react", r) for r in self.reactors
                      if self._reacted[r.pm.name] < len(self._events)]
-            if self.projector is not None and self._projected < len(self._events):
+            if self.read_models is not None and self._projected < len(self._events):
                 jobs.append(("project", None))
             if not jobs:
                 return
@@ -359,9 +353,7 @@ class LocalRunner:
             instances[k] = inst
 
     def _project(self) -> None:
-        from projections.records import event_record
-
-        key, value, headers, offset = self._events[self._projected]
-        self._projected += 1
-        self.projector.apply([event_record(key, value, headers, 0, offset)])
-
+        """Every event not folded yet, as one batch of the projector."""
+        records = self._events[self._projected:]
+        self._projected += len(records)
+        self.read_models.apply(records)

@@ -12,6 +12,7 @@ from cqrs import App, Aggregate, CommandHandler, RetryPolicy, command, event
 from cqrs.retries import Backoff
 from cqrs.testing.runner import LocalRunner, RunnerError, murmur2_partition
 from domain_examples import lending, orders
+from projections import LocalReadModels
 
 KAFKA_MURMUR2 = {  # Kafka's own test vectors (UtilsTest.testMurmur2)
     "21": -973932308, "foobar": -790332482, "a-little-bit-long-string": -985981536,
@@ -52,7 +53,7 @@ def test_the_lending_limit_holds_in_every_interleaving_and_a_seed_replays_one() 
 
 
 def test_a_returned_book_releases_the_slot_and_the_read_model_follows() -> None:
-    runner = LocalRunner(lending.app)
+    runner = LocalRunner(lending.app, read_models=LocalReadModels(lending.app))
     runner.send_and_wait("ann", lending.RegisterMember("Ann"))
     runner.send_and_wait("b1", lending.AddBook("Dune"))
     started = runner.send_and_wait("b1", lending.RequestLoan("ann"))
