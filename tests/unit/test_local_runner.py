@@ -159,3 +159,55 @@ def test_expected_versions_and_unknown_answers_are_the_processors() -> None:
     assert (stale.status, stale.code, stale.version) == ("rejected", "wrong_expected_version", 1)
     with pytest.raises(RunnerError, match="never sent"):
         runner.result("no-such-command")
+
+
+from hypothesis import settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: E402
+
+MEMBERS = ["ann", "bob"]
+BOOKS = [f"b{i}" for i in range(6)]
+
+
+class LendingMachine(RuleBasedStateMachine):
+    """Random loans, returns and clock moves through the whole lending app; after each step
+    the rules that span aggregates hold: a member holds at most three slots, each held slot is
+    a book lent to that member, and every conversation ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runner = LocalRunner(lending.app, seed=11)
+        for m in MEMBERS:
+            self.runner.send(m, lending.RegisterMember(m))
+        for b in BOOKS:
+            self.runner.send(b, lending.AddBook(b))
+        self.runner.run()
+        self.started: list[str] = []
+
+    @rule(book=st.sampled_from(BOOKS), member=st.sampled_from(MEMBERS))
+    def request(self, book: str, member: str) -> None:
+        self.started.append(self.runner.send(book, lending.RequestLoan(member)))
+
+    @rule(book=st.sampled_from(BOOKS))
+    def give_back(self, book: str) -> None:
+        self.runner.send(book, lending.ReturnBook())
+
+    @rule(minutes=st.integers(0, 30))
+    def wait(self, minutes: int) -> None:
+        self.runner.advance(dt.timedelta(minutes=minutes))
+
+    @invariant()
+    def rules_across_aggregates_hold(self) -> None:
+        self.runner.run()
+        for m in MEMBERS:
+            member = self.runner.state(m, lending.Member)
+            assert len(member.loans) <= lending.MAX_LOANS
+            for b in member.loans:
+                assert self.runner.state(b, lending.Book).lent_to == m
+        for cid in self.started:
+            if self.runner.result(cid).accepted:  # a request refused at its book starts nothing
+                self.runner.wait_conversation(cid)
+
+
+TestLendingMachine = LendingMachine.TestCase
+TestLendingMachine.settings = settings(max_examples=25, stateful_step_count=15, deadline=None)
