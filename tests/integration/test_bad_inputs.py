@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 import pytest
 
-from cqrs.client import encode_command
+from cqrs.client import InvalidAggregateIdError, encode_command
 from cqrs.codec.single_object import MAGIC
 from cqrs.config import CqrsConfig
 from cqrs.envelope import CONTENT_TYPE, from_kafka
@@ -326,7 +326,7 @@ def test_a_payload_near_kafkas_limit_is_processed(running: Running) -> None:
 
 
 def test_a_key_over_cassandras_limit_is_a_dead_letter(running: Running) -> None:
-    with pytest.raises(MalformedHeaderError, match="65,535"):  # the client refuses it
+    with pytest.raises(InvalidAggregateIdError, match="65,535"):  # the client refuses it
         encode_command(app, "k" * (CASSANDRA_MAX_KEY + 10), Write("x"))
     _, _, value, headers = encode_command(app, "short", Write("x"))
     running.raw(b"k" * (CASSANDRA_MAX_KEY + 10), value, headers)  # another producer does not
@@ -339,7 +339,7 @@ def test_a_key_over_cassandras_limit_is_a_dead_letter(running: Running) -> None:
 def test_an_empty_key_is_a_dead_letter(running: Running) -> None:
     _, _, value, headers = encode_command(app, "ignored", Write("x"))
     running.raw(b"", value, headers)
-    with pytest.raises(MalformedHeaderError, match="is empty"):  # the client refuses it
+    with pytest.raises(InvalidAggregateIdError, match="is empty"):  # the client refuses it
         encode_command(app, "", Write("x"))
     ok = running.good("n-after-empty")
     assert running.answer(ok)[ok].status == "accepted"
