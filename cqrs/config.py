@@ -111,7 +111,11 @@ class KafkaSettings:
         "acks=all a write fails rather than land on fewer replicas.",
     )
     extra: dict[str, str] = setting(
-        {}, None, "Any other librdkafka / Java client property, passed through as is."
+        {}, None, "Any other librdkafka / Java client property, passed through as is. "
+        "`message.max.bytes` (librdkafka's default 1,000,000) also sets the largest record the "
+        "framework writes: that less 1,024 bytes (a bigger command is refused by the client, "
+        "a decision with a bigger event or result is failed); raise it with the topics' "
+        "`max.message.bytes`.",
     )
 
     def client_options(self) -> dict[str, str]:
