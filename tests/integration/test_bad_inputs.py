@@ -84,6 +84,7 @@ class Running:
         took = time.monotonic() - sent
         assert (results[other].status, results[other].version) == ("accepted", 1)
         assert took < PROMPT_S, f"the neighbour's answer took {took:.1f} s:\n{self.log_tail()}"
+        print(f"{name}: the neighbour answered in {took:.2f} s (polled once a second)")
         results = self.answer(*command_ids)
         log = self.log.read_text(errors="replace")  # no task failed on the way (and was re-run)
         for failure in ("MSG_SIZE_TOO_LARGE", "Key length of", "Lost task"):
