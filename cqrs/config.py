@@ -25,11 +25,14 @@ __all__ = [
     "CassandraSettings",
     "ClientSettings",
     "CqrsConfig",
+    "DEFAULT_MAX_RECORD_BYTES",
     "DevSettings",
     "KafkaSettings",
+    "LIBRDKAFKA_MESSAGE_MAX_BYTES",
     "MetricsSettings",
     "ProcessorSettings",
     "ProjectionSettings",
+    "RECORD_MARGIN_BYTES",
     "RetrierSettings",
     "SchedulerSettings",
     "SparkSettings",
@@ -40,6 +43,21 @@ __all__ = [
 
 _ENV = "env"
 _DOC = "doc"
+
+LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
+"""librdkafka's default ``message.max.bytes``: a producer refuses a bigger record (see
+:func:`cqrs.envelope.record_size` for how it counts). Kafka's own defaults are above it (a
+topic's ``max.message.bytes`` 1,048,588, the Java producer's ``max.request.size`` 1,048,576)."""
+
+RECORD_MARGIN_BYTES = 1_024
+"""What :meth:`KafkaSettings.max_record_bytes` keeps below the producers' ``message.max.bytes``:
+room for the 61 bytes of a record batch that a broker counts against a topic's
+``max.message.bytes`` (when both are set to the same figure), for the headers the retry job adds
+to a command it delivers again, and for a difference in how a client counts headers."""
+
+DEFAULT_MAX_RECORD_BYTES = LIBRDKAFKA_MESSAGE_MAX_BYTES - RECORD_MARGIN_BYTES
+""":meth:`KafkaSettings.max_record_bytes` of the default configuration (998,976 bytes): the
+default of the code that takes a limit without a configuration (a step in a unit test)."""
 
 
 def setting(default: Any, env: str | None, doc: str, *, secret: bool = False) -> Any:
@@ -93,7 +111,11 @@ class KafkaSettings:
         "acks=all a write fails rather than land on fewer replicas.",
     )
     extra: dict[str, str] = setting(
-        {}, None, "Any other librdkafka / Java client property, passed through as is."
+        {}, None, "Any other librdkafka / Java client property, passed through as is. "
+        "`message.max.bytes` (librdkafka's default 1,000,000) also sets the largest record the "
+        "framework writes: that less 1,024 bytes (a bigger command is refused by the client, "
+        "a decision with a bigger event or result is failed); raise it with the topics' "
+        "`max.message.bytes`.",
     )
 
     def client_options(self) -> dict[str, str]:
@@ -108,6 +130,30 @@ class KafkaSettings:
             opts["ssl.ca.location"] = self.ssl_ca_location
         opts.update(self.extra)
         return opts
+
+    def max_record_bytes(self) -> int:
+        """The largest Kafka record the framework writes, counted as librdkafka counts it
+        (:func:`cqrs.envelope.record_size`): the producers' ``message.max.bytes`` (from
+        ``kafka.extra``, else librdkafka's default 1,000,000) less :data:`RECORD_MARGIN_BYTES`.
+        The client refuses a command over it; the processor fails a decision whose events or
+        result would be over it, and cuts a dead letter to fit. Raise it with
+        ``message.max.bytes`` in ``kafka.extra`` only together with the topics'
+        ``max.message.bytes`` (and the brokers' ``message.max.bytes``)."""
+        raw = self.extra.get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES)
+        try:
+            producer_limit = int(raw)
+        except ValueError:
+            raise ConfigError(
+                f"kafka.extra message.max.bytes = {raw!r} is not an integer: give the producers' "
+                f"record limit in bytes (librdkafka's default is {LIBRDKAFKA_MESSAGE_MAX_BYTES:,})"
+            ) from None
+        if producer_limit < 16 * RECORD_MARGIN_BYTES:
+            raise ConfigError(
+                f"kafka.extra message.max.bytes = {producer_limit:,} is too small for the "
+                f"framework's records (results, dead letters): use at least "
+                f"{16 * RECORD_MARGIN_BYTES:,} (librdkafka's default is "
+                f"{LIBRDKAFKA_MESSAGE_MAX_BYTES:,})")
+        return producer_limit - RECORD_MARGIN_BYTES
 
     def spark_options(self) -> dict[str, str]:
         """The same settings as options of Spark's Kafka source and sink (``kafka.`` prefix)."""

@@ -47,7 +47,11 @@ from cqrs.errors import MalformedHeaderError, MissingHeaderError
 __all__ = [
     "COMMAND_RECORD_PREFIX",
     "MAX_AGGREGATE_ID_BYTES",
+    "MAX_STATE_KEY_BYTES",
     "CONTENT_TYPE",
+    "EVENT_RECORD_FRAME_BYTES",
+    "HEADER_FRAME_BYTES",
+    "RECORD_FRAME_BYTES",
     "HEADER_PREFIX",
     "CommandRecord",
     "Envelope",
@@ -57,6 +61,7 @@ __all__ = [
     "event_to_kafka",
     "from_kafka",
     "read_command",
+    "record_size",
     "to_kafka",
 ]
 
@@ -67,7 +72,27 @@ Headers = list[tuple[str, bytes]]
 
 MAX_AGGREGATE_ID_BYTES: Final = 65_535
 """The longest aggregate id (UTF-8 bytes): Cassandra's limit for a partition key, which the
-aggregate-state table and the read models key by."""
+read models key by. An aggregate's id is shorter still by its type: see
+:data:`MAX_STATE_KEY_BYTES`."""
+
+MAX_STATE_KEY_BYTES: Final = 65_535
+"""Cassandra's limit on the bytes of a row's key values together: the aggregate-state row is
+keyed by the aggregate id and the aggregate type (its clustering columns), so their UTF-8
+lengths add up to at most this (Cassandra: ``Key length of 65547 is longer than maximum of
+65535`` for a 65,535-byte id of a ``bank.Account``; measured on Cassandra 5.0)."""
+
+# How Kafka counts a record, the way librdkafka checks it against ``message.max.bytes`` when
+# it is produced (rd_kafka_msg_new0 refuses it with MSG_SIZE_TOO_LARGE): key + value +
+# serialized headers + the record's v2 framing at its widest (RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD:
+# the length, timestamp delta, offset delta, key and value lengths and header count as varints
+# of 5, 10, 5, 5, 5, 5 bytes, and one byte of attributes). A header serializes as its name and
+# value, each after a varint of its length (rd_kafka_header_add). The broker counts the whole
+# record batch (these records and a 61-byte batch header) against the topic's
+# ``max.message.bytes``, 1,048,588 by default, which is above librdkafka's 1,000,000.
+RECORD_FRAME_BYTES: Final = 36
+"""The framing librdkafka adds to a record's key, value and headers, at most."""
+HEADER_FRAME_BYTES: Final = 10
+"""The framing of one header beyond its name and value: two varint lengths, at most."""
 
 _REQUIRED: Final = ("message_id", "message_type", "kind", "aggregate_type", "timestamp")
 _EVENT_REQUIRED: Final = ("message_type", "aggregate_type", "timestamp")  # and a version
@@ -343,9 +368,34 @@ def _text(found: dict[str, bytes | None], name: str, required: bool) -> str | No
         ) from None
 
 
-def check_aggregate_id(aggregate_id: str, size: int | None = None) -> None:
+def record_size(key: bytes | None, value: bytes | None,
+                headers: Sequence[tuple[str, bytes | None]] | None = None) -> int:
+    """The bytes a Kafka record counts against the producers' ``message.max.bytes``, as
+    librdkafka counts them (see the constants above; header names are UTF-8, one byte a
+    character in the framework's headers): the figure to compare with
+    :meth:`cqrs.config.KafkaSettings.max_record_bytes`."""
+    size = RECORD_FRAME_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
+    for name, header_value in headers or ():
+        size += HEADER_FRAME_BYTES + len(name.encode()) + (len(header_value) if header_value else 0)
+    return size
+
+
+EVENT_RECORD_FRAME_BYTES: Final = (
+    RECORD_FRAME_BYTES + 6 * HEADER_FRAME_BYTES
+    + len("cqrs.message_type" "cqrs.aggregate_type" "cqrs.timestamp" "cqrs.version"
+          "cqrs.command_id" "cqrs.correlation_id")
+    + len("2026-01-01T00:00:00.000000+00:00") + 20)  # the timestamp text, a version's digits
+"""What an event record of :func:`event_to_kafka` holds besides its key, its payload, its type
+names and its command and correlation ids, at most: framing, header names, timestamp and
+version. With those it bounds the record's :func:`record_size` without counting its headers."""
+
+
+def check_aggregate_id(aggregate_id: str, size: int | None = None,
+                       aggregate_type: str | None = None) -> None:
     """Raise :class:`MalformedHeaderError` for an empty aggregate id or one longer than
-    :data:`MAX_AGGREGATE_ID_BYTES` (``size``: its UTF-8 length, when known)."""
+    :data:`MAX_AGGREGATE_ID_BYTES` (``size``: its UTF-8 length, when known); with
+    ``aggregate_type``, also for an id whose state row's key (id and type) would be longer than
+    :data:`MAX_STATE_KEY_BYTES`."""
     if not aggregate_id:
         raise MalformedHeaderError(
             "the aggregate id (the record key) is empty: every command and event names its "
@@ -355,6 +405,15 @@ def check_aggregate_id(aggregate_id: str, size: int | None = None) -> None:
         raise MalformedHeaderError(
             f"the aggregate id {aggregate_id[:40]!r}... is {size:,} bytes long: the limit is "
             f"{MAX_AGGREGATE_ID_BYTES:,} (Cassandra's for a key); use a shorter id, e.g. a hash")
+    if aggregate_type is not None:
+        type_size = len(aggregate_type.encode())
+        if size + type_size > MAX_STATE_KEY_BYTES:
+            raise MalformedHeaderError(
+                f"the aggregate id {aggregate_id[:40]!r}... is {size:,} bytes long: with its "
+                f"type {aggregate_type!r} ({type_size} bytes) that is a {size + type_size:,}-"
+                f"byte key of the aggregate-state row, over Cassandra's {MAX_STATE_KEY_BYTES:,}: "
+                f"ids of {aggregate_type} may have {MAX_STATE_KEY_BYTES - type_size:,} bytes at "
+                "most; use a shorter id, e.g. a hash")
 
 
 def from_kafka(

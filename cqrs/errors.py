@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "CqrsError",
     "KafkaUnavailableError",
+    "RecordTooLargeError",
     "TopicNotFoundError",
     "ConfigError",
     "DevStackError",
@@ -204,3 +205,9 @@ class TopicNotFoundError(CqrsError, LookupError):
 
 class KafkaUnavailableError(CqrsError, RuntimeError):
     """Kafka did not answer (not running, wrong bootstrap servers, network)."""
+
+
+class RecordTooLargeError(CqrsError, ValueError):
+    """A record is over the largest Kafka record the framework writes
+    (:meth:`cqrs.config.KafkaSettings.max_record_bytes`). The processor answers a command whose
+    events or result would be such a record with a ``failed`` result of this error type."""

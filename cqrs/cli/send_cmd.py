@@ -19,7 +19,9 @@ EXIT_TIMEOUT = 3  # no result in time (resend with --command-id)
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     send = commands.add_parser(
         "send", help="send one command to an app (and wait for its result with --wait)",
-        description="Exit status: 0 sent / accepted, 1 rejected or failed, 2 bad input, "
+        description="Exit status: 0 sent / accepted, 1 rejected or failed, 2 bad input (one "
+        "line on stderr: data that does not fit the command, an aggregate id that is empty or "
+        "too long for its state row, a command over Kafka's record limit) or not delivered, "
         "3 no result within --timeout (resending with the same --command-id is safe).")
     send.add_argument("app", help="the App, as module:attribute (e.g. domain_examples.bank:app)")
     send.add_argument("command_type", help="command type name (e.g. example.bank.Deposit) or "
@@ -63,13 +65,19 @@ def read_data(text: str) -> str:
 
 
 def _run_send(cfg: CqrsConfig, args: argparse.Namespace) -> int:
-    from cqrs.client import CommandClient, CommandTimeoutError, command_from_json, to_jsonable
+    from cqrs.client import (
+        CommandClient, CommandTimeoutError, command_from_json, encode_command, to_jsonable,
+    )
     from cqrs.client.command_client import check_ids
     from cqrs.loading import load_app
 
     app = load_app(args.app)
     command = command_from_json(app, args.command_type, read_data(args.data))  # before Kafka
     check_ids(args.aggregate_id, args.command_id, args.correlation_id, args.expected_version)
+    # the record's checks too (id and type within Cassandra's key, size within Kafka's limit)
+    encode_command(app, args.aggregate_id, command, expected_version=args.expected_version,
+                   command_id=args.command_id, correlation_id=args.correlation_id,
+                   max_record_bytes=cfg.kafka.max_record_bytes())
     with CommandClient(app, cfg) as client:
         future = client.send(args.aggregate_id, command, args.expected_version, args.command_id,
                              args.correlation_id)

@@ -101,6 +101,7 @@ class CommandClient:
         self.topics = topics or topics_for(app.name, cfg.kafka.topic_prefix)
         self.client_id = cfg.client.client_id or f"{app.name}-{uuid.uuid4().hex[:12]}"
         self.default_timeout = cfg.client.timeout_s
+        self.max_record_bytes = cfg.kafka.max_record_bytes()  # a bigger command is refused
         ensure_topics(cfg, self.topics)
         self._store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, self.topics.schemas,
                                        cfg.kafka.client_options())
@@ -154,6 +155,10 @@ class CommandClient:
 
         ``expected_version``: ``None`` any, ``0`` the aggregate must be new, ``n`` exactly n.
         Resending with the same ``command_id`` is safe: the processor answers it once.
+        Refused before anything is sent: :class:`InvalidAggregateIdError` (an id that is empty
+        or too long for its aggregate-state row), :class:`CommandTooLargeError` (a record over
+        ``kafka.max_record_bytes()``); :class:`CommandDeliveryError` when the producer refuses
+        the record at once, or later in the future when Kafka does.
         """
         if self._closed.is_set():
             raise ClientClosedError("this CommandClient is closed: create a new one")
@@ -162,7 +167,7 @@ class CommandClient:
         cid, key, value, headers = encode_command(
             self.app, aggregate_id, command, expected_version=expected_version,
             command_id=command_id, correlation_id=correlation_id,
-            reply_partition=self.reply_partition,
+            reply_partition=self.reply_partition, max_record_bytes=self.max_record_bytes,
         )
         future = ResultFuture(cid, aggregate_id)
         self._listener.register(future)  # before producing: the answer may be quick
@@ -178,6 +183,14 @@ class CommandClient:
                 return future
             except BufferError:  # librdkafka's queue is full: let it drain
                 self._producer.poll(0.05)
+            except Exception as exc:
+                from confluent_kafka import KafkaException
+
+                future.cancel()  # the listener forgets it
+                if not isinstance(exc, KafkaException):
+                    raise
+                # refused at once (e.g. a record over a limit set apart from the configuration)
+                raise CommandDeliveryError(cid, str(exc.args[0] if exc.args else exc)) from None
 
     def send_many(self, commands: Iterable[Outgoing]) -> list[ResultFuture]:
         """Send several commands at once (in order); their futures, in the same order."""

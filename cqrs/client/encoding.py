@@ -6,7 +6,11 @@ import datetime as _dt
 import uuid
 
 from cqrs.app import App
-from cqrs.envelope import Envelope, Headers, check_aggregate_id, to_kafka
+from cqrs.client.errors import CommandTooLargeError, InvalidAggregateIdError
+from cqrs.config import DEFAULT_MAX_RECORD_BYTES
+from cqrs.envelope import (
+    MAX_STATE_KEY_BYTES, Envelope, Headers, check_aggregate_id, record_size, to_kafka,
+)
 from cqrs.errors import MalformedHeaderError
 
 __all__ = ["encode_command"]
@@ -23,6 +27,7 @@ def encode_command(
     causation_id: str | None = None,
     timestamp: _dt.datetime | None = None,
     reply_partition: int | None = None,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> tuple[str, bytes, bytes, Headers]:
     """``(command_id, key, value, headers)`` for ``command`` addressed to ``aggregate_id``.
 
@@ -30,9 +35,18 @@ def encode_command(
     (the command's time, which its events inherit) defaults to now, in UTC. ``reply_partition``
     asks the processor to write the result to that partition of the command-results topic, so
     a client need only read its own partition.
+
+    Refused: an aggregate id that is empty or whose aggregate-state key (the id and the
+    aggregate type) is over Cassandra's 65,535 bytes (:class:`InvalidAggregateIdError`), and a
+    record over ``max_record_bytes`` (:class:`CommandTooLargeError`; a client passes
+    :meth:`cqrs.config.KafkaSettings.max_record_bytes`).
     """
     entry, _ = app.model.route(command)
-    check_aggregate_id(aggregate_id)
+    try:
+        check_aggregate_id(aggregate_id, None, entry.type_name)
+    except MalformedHeaderError as exc:
+        longest = MAX_STATE_KEY_BYTES - len(entry.type_name.encode()) if aggregate_id else None
+        raise InvalidAggregateIdError(str(exc), longest) from None
     cid = command_id or str(uuid.uuid4())
     if not cid or "\0" in cid:
         raise MalformedHeaderError(
@@ -58,4 +72,7 @@ def encode_command(
         reply_partition=reply_partition,
     )
     key, value, headers = to_kafka(envelope, app.codec.encode(command))
+    size = record_size(key, value, headers)
+    if size > max_record_bytes:
+        raise CommandTooLargeError(cid, aggregate_id, envelope.message_type, size, max_record_bytes)
     return cid, key, value, headers

@@ -6,13 +6,14 @@ and from the builtin they resemble.
 
 from __future__ import annotations
 
-from cqrs.errors import CqrsError
+from cqrs.errors import CqrsError, RecordTooLargeError
 
 __all__ = [
     "ClientClosedError",
     "ClientError",
     "CommandDataError",
     "CommandDeliveryError",
+    "CommandTooLargeError",
     "CommandTimeoutError",
     "InvalidAggregateIdError",
     "InvalidCommandIdError",
@@ -37,7 +38,13 @@ class CommandDataError(ClientError, ValueError):
 
 
 class InvalidAggregateIdError(ClientError, ValueError):
-    """An aggregate id is empty, not text, or not encodable as a Kafka key."""
+    """An aggregate id is empty, not text, not encodable as a Kafka key, or too long for the
+    key of its aggregate-state row in Cassandra (the id and the aggregate type together at most
+    65,535 bytes of UTF-8); ``limit``: the longest id of its type, in bytes, when known."""
+
+    def __init__(self, message: str, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class InvalidCommandIdError(ClientError, ValueError):
@@ -68,6 +75,25 @@ class CommandDeliveryError(ClientError, RuntimeError):
             "same command id once Kafka is reachable"
         )
         self.command_id = command_id
+
+
+class CommandTooLargeError(CommandDeliveryError, RecordTooLargeError):
+    """The command's record is over the largest Kafka record the framework writes
+    (:meth:`cqrs.config.KafkaSettings.max_record_bytes`): refused before it is sent. ``size``
+    and ``limit`` are in bytes; resending does not help, a smaller command does."""
+
+    def __init__(self, command_id: str, aggregate_id: str, command_type: str, size: int,
+                 limit: int) -> None:
+        ClientError.__init__(
+            self,
+            f"command {command_id!r} ({command_type}, aggregate {aggregate_id[:80]!r}) is a "
+            f"{size:,}-byte Kafka record, over the limit of {limit:,} bytes (kafka "
+            "message.max.bytes less a margin): it was not sent; send less data in one command "
+            "(keep large data elsewhere and send a reference), or raise message.max.bytes in "
+            "[kafka.extra] together with the topics' max.message.bytes")
+        self.command_id = command_id
+        self.size = size
+        self.limit = limit
 
 
 class ClientClosedError(ClientError, RuntimeError):

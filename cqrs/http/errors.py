@@ -1,5 +1,7 @@
-"""Errors as JSON ``{"error": type, "message": text, ...}`` with a 4xx status for bad requests;
-a bug is a 500 with its type and message, never a traceback."""
+"""Errors as JSON ``{"error": type, "message": text, ...}`` with a 4xx status for bad requests
+(413 for a command over Kafka's record limit, with its ``size`` and the ``limit`` in bytes; 422
+for malformed data and ids, an aggregate id too long for its state row among them); a bug is a
+500 with its type and message, never a traceback."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from cqrs.client.errors import (
     InvalidCommandIdError,
     UnknownCommandTypeError,
 )
-from cqrs.errors import CqrsError
+from cqrs.errors import CqrsError, RecordTooLargeError
 
 __all__ = ["error_body", "install_error_handlers", "status_of"]
 
@@ -26,6 +28,8 @@ def status_of(exc: BaseException) -> int:
 
     if isinstance(exc, UnknownCommandTypeError):
         return 404
+    if isinstance(exc, RecordTooLargeError):  # a command over Kafka's record limit
+        return 413
     if isinstance(exc, (CommandDataError, InvalidAggregateIdError, InvalidCommandIdError)):
         return 422
     if isinstance(exc, (CommandTimeoutError, StateTimeoutError)):
@@ -39,7 +43,7 @@ def status_of(exc: BaseException) -> int:
 
 def error_body(exc: BaseException, **extra: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
-    for attr in ("field", "command_id"):
+    for attr in ("field", "command_id", "size", "limit"):
         value = getattr(exc, attr, None)
         if value is not None:
             body[attr] = value

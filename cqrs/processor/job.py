@@ -86,7 +86,8 @@ def worker_for(cfg: CqrsConfig, opts: ProcessorOptions, with_io: bool = True) ->
             store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas,
                                      cfg.kafka.client_options())
             step = AggregateStep(app, app.codec_for(store), topics, opts.dedup,
-                                 results_partitions=opts.results_partitions)
+                                 results_partitions=opts.results_partitions,
+                                 max_record_bytes=cfg.kafka.max_record_bytes())
             table = open_state_table(cfg, topics) if with_io else None
             generation = opts.state_generation or 0
             worker = Worker(cfg, step, table, generation, None)  # type: ignore[arg-type]

@@ -14,6 +14,19 @@ to :meth:`AggregateStep.run`; everything else happens here, so it is tested with
    attempts are used up, so the retry job can run the same command id again;
 6. return the new :class:`~cqrs.results.AggregateRecord` (version, snapshot, recent ids).
 
+Every record the step returns fits the limits it is written under (``max_record_bytes``, see
+:meth:`cqrs.config.KafkaSettings.max_record_bytes`, and Cassandra's key), so one command's
+outputs cannot fail the task that writes them, and with it every other aggregate's batch:
+
+* an aggregate id whose state-row key (id and type) is over Cassandra's 65,535 bytes: each of
+  its commands is dead-lettered at stage ``envelope`` with a ``failed`` result, no state;
+* a command whose events or result would be over the record limit: a ``failed`` result
+  (:class:`~cqrs.errors.RecordTooLargeError`, naming the record, its size and the limit), a
+  dead letter at stage ``output``, none of its events, the aggregate as it was before it (the
+  commands after it are decided again from there);
+* a result or dead letter whose texts (a rejection's reason, a crash's message) or copied
+  command do not fit: cut until it does, the original size in a ``cqrs.dlq.*_size`` header.
+
 Everything written is a pure function of (state, records): a re-run micro-batch rewrites
 byte-identical records. No clock is read; de-duplication is windowed by command timestamps.
 """
@@ -27,10 +40,14 @@ import attrs
 
 from cqrs.app import App
 from cqrs.codec.registry import Codec
-from cqrs.domain.decision import Accepted, CommandInput, Failed, RejectedOutcome, decide
+from cqrs.config import DEFAULT_MAX_RECORD_BYTES, RECORD_MARGIN_BYTES
+from cqrs.domain.decision import Accepted, CommandInput, Failed, NewEvent, RejectedOutcome, decide
 from cqrs.domain.process import DERIVED_PREFIX, parse_derived_id
-from cqrs.envelope import Envelope, Headers, event_to_kafka, from_kafka
-from cqrs.errors import CqrsError
+from cqrs.envelope import (
+    EVENT_RECORD_FRAME_BYTES, MAX_STATE_KEY_BYTES, RECORD_FRAME_BYTES,
+    Envelope, Headers, check_aggregate_id, event_to_kafka, from_kafka, record_size,
+)
+from cqrs.errors import CqrsError, RecordTooLargeError
 from cqrs.results import (
     ACCEPTED, FAILED, REJECTED, AggregateRecord, CommandResult, SeenCommand, expand_seen,
     kept_indices, seen_command,
@@ -46,6 +63,9 @@ DLQ_PREFIX = "cqrs.dlq."
 # the one header a result record can carry: on the answer to a command id seen before (the first
 # answer again, as a retried send or a process manager's replay gets it)
 DUPLICATE_HEADER: tuple[str, bytes] = ("cqrs.duplicate", b"1")
+OUTPUT_STAGE = "output"  # the dead-letter stage of a command whose outputs do not fit
+TOO_LARGE = RecordTooLargeError.__name__
+MAX_ERROR_TEXT = 4_000  # bytes of an error text a cut dead letter keeps
 
 
 @attrs.define(slots=True)
@@ -118,7 +138,8 @@ class AggregateStep:
     """Applies one aggregate's commands of a micro-batch (see the module doc)."""
 
     def __init__(self, app: App, codec: Codec, topics: AppTopics, dedup: DedupPolicy = DedupPolicy(),
-                 results_partitions: int | None = None):
+                 results_partitions: int | None = None,
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES):
         self.app = app
         self.codec = codec
         self.topics = topics
@@ -126,6 +147,9 @@ class AggregateStep:
         # partitions of the results topic: a command's reply partition is honoured below it
         self.results_partitions = results_partitions
         self._route = app.model.route  # checks the commands a handler schedules
+        # the largest record written (cqrs.envelope.record_size): from the configuration,
+        # KafkaSettings.max_record_bytes()
+        self.max_record_bytes = max_record_bytes
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -184,6 +208,22 @@ class AggregateStep:
                     env = None
                 out.extend(self._unreadable(rec, "unknown_aggregate", exc, env))
             return StepResult(None, decoded, out)
+        # the state row's key is the id and the type: Cassandra refuses a write of more than
+        # 65,535 bytes, which would fail the task on every run. Type names are ASCII and a
+        # character is at most 4 bytes of UTF-8, so only a long id is encoded to be measured.
+        if 4 * len(aggregate_id) + len(aggregate_type) > MAX_STATE_KEY_BYTES:
+            try:
+                check_aggregate_id(aggregate_id, None, aggregate_type)
+            except CqrsError as exc:
+                for rec in ordered:
+                    env = rec.envelope
+                    if env is None:
+                        try:
+                            env = from_kafka(rec.key, rec.value, rec.headers)[0]
+                        except CqrsError:
+                            env = None
+                    out.extend(self._unreadable(rec, "envelope", exc, env))
+                return StepResult(None, decoded, out)
 
         current = state if state is not None else AggregateRecord()
         seen = set(current.seen_command_ids())
@@ -240,7 +280,8 @@ class AggregateStep:
         if pending:
             if agg_state is UNDECODED:
                 agg_state = None if snapshot is None else self.codec.decode(snapshot)
-            decision = decide(entry, aggregate_id, agg_state, version, [
+            encode, events_topic = self.codec.encode, self.topics.events
+            inputs = [
                 CommandInput(
                     command_id=p.envelope.command_id or p.envelope.message_id,
                     command=p.command,
@@ -248,49 +289,128 @@ class AggregateStep:
                     timestamp=p.envelope.timestamp,
                     correlation_id=p.envelope.correlation_id,
                 ) for p in pending
-            ], self._route)
-            for p, outcome in zip(pending, decision.outcomes, strict=True):
-                if type(outcome) is Accepted:
-                    for new_event in outcome.events:
-                        key, value, headers = event_to_kafka(
-                            new_event, self.codec.encode(new_event.event))
-                        out.append(OutputRecord(self.topics.events, key, value, headers))
-                    if outcome.deadlines:
-                        deadlines.extend(stored_deadline(c, self._route, self.codec)
-                                         for c in outcome.deadlines)
-                elif type(outcome) is Failed:
-                    retry = self._retry(p, outcome)
-                    out.append(self._dead_letter(p.record, "handler", outcome.error_type,
-                                                 outcome.message, retry))
-                    if retry is not None and not retry[1]:
-                        if p.envelope.command_id and p.envelope.command_id.startswith(DERIVED_PREFIX):
-                            retrying = (retrying or set()) | {p.envelope.command_id}
-                            streams_changed = True
-                        continue  # transient: no answer yet, the id is not remembered
+            ]
+            # state and version after the commands answered so far
+            state_now, version_now = agg_state, version
+            start = 0  # the first command not answered yet
+            # commands decided at once: all of them, one by one after one did not fit (deciding
+            # all again after each would cost a batch of such commands quadratic time)
+            size = len(pending)
+            limit = self.max_record_bytes
+            event_room = limit - EVENT_RECORD_FRAME_BYTES  # the bounds below, as locals:
+            result_room = limit - RECORD_FRAME_BYTES  # they are read once per command
+            while start < len(pending):
+                todo = pending[start:start + size] if start else pending
+                decision = decide(entry, aggregate_id, state_now, version_now,
+                                  inputs[start:start + size] if start else inputs, self._route)
+                too_large: tuple[_Pending, str] | None = None  # a command whose outputs do not fit
+                for p, outcome in zip(todo, decision.outcomes, strict=True):
+                    if type(outcome) is Accepted:
+                        if outcome.events:
+                            # an event record holds, besides its payload and event type, less
+                            # than its command's record (the aggregate id, the command and
+                            # correlation ids, the aggregate type) and a frame: only an event
+                            # over the limit by this bound is counted exactly (record_size), so
+                            # an event costs a len() and a comparison
+                            rec = p.record  # its key and value are there: it was read
+                            room = event_room - (len(rec.key) + len(rec.value)  # type: ignore[arg-type]
+                                                 if not rec.headers else
+                                                 record_size(rec.key, rec.value, rec.headers))
+                            for new_event in outcome.events:
+                                key, value, headers = event_to_kafka(new_event, encode(new_event.event))
+                                if len(value) + len(new_event.type_name) > room and \
+                                        record_size(key, value, headers) > limit:
+                                    del out[len(out) - outcome.events.index(new_event):]
+                                    too_large = (p, self._oversized_event(outcome, new_event, key, value, headers))
+                                    break
+                                out.append(OutputRecord(events_topic, key, value, headers))
+                            if too_large is not None:
+                                break  # none of its records: decide again from before it
+                        if outcome.deadlines:
+                            deadlines.extend(stored_deadline(c, self._route, self.codec)
+                                             for c in outcome.deadlines)
+                    elif type(outcome) is Failed:
+                        retry = self._retry(p, outcome)
+                        letter = self._dead_letter(p.record, "handler", outcome.error_type,
+                                                   outcome.message, retry)
+                        if retry is not None and not retry[1] and _was_cut(letter):
+                            # its command was cut to fit: the retry job cannot deliver it
+                            # again, so this failure is the answer (the letter is parked)
+                            retry = (retry[0], True)
+                            letter = self._dead_letter(p.record, "handler", outcome.error_type,
+                                                       outcome.message, retry)
+                        out.append(letter)
+                        if retry is not None and not retry[1]:
+                            if p.envelope.command_id and p.envelope.command_id.startswith(DERIVED_PREFIX):
+                                retrying = (retrying or set()) | {p.envelope.command_id}
+                                streams_changed = True
+                            continue  # transient: no answer yet, the id is not remembered
+                    if retrying and (p.envelope.command_id or "") in retrying:
+                        retrying = retrying - {p.envelope.command_id or ""}
+                        streams_changed = True
+                    result = self._result(p, aggregate_type, aggregate_id, outcome)
+                    result_bytes = encode(result)
+                    # the result's key is its command id, at most 4 bytes a character
+                    if len(result_bytes) + 4 * len(result.command_id) > result_room:
+                        if type(outcome) is Failed:  # its texts cut (its dead letter is written)
+                            fitted = self._fitting(result, result_bytes)
+                            if fitted is None:
+                                continue  # not even cut: no answer (a command id near the limit)
+                            result, result_bytes = fitted
+                        else:
+                            problem = self._oversized_result(result, result_bytes)
+                            if problem is not None:
+                                if type(outcome) is Accepted:  # its events and deadlines are the last
+                                    del out[len(out) - len(outcome.events):]
+                                    del deadlines[len(deadlines) - len(outcome.deadlines):]
+                                too_large = (p, problem)
+                                break  # none of its records: decide again from before it
+                    out.append(self._result_record(result, result_bytes, p.envelope))
+                    new_seen.append(seen_command(result, result_bytes))
+                if too_large is None:
+                    state_now, version_now = decision.state, decision.version
+                    start += len(todo)
+                    continue
+                p, problem = too_large
+                i = 0  # its index in todo (a loop: a generator here would make p a cell variable,
+                while todo[i] is not p:  # slower to read in the loop above)
+                    i += 1
+                outcome = decision.outcomes[i]
+                before_version = (outcome.version - len(outcome.events) if type(outcome) is Accepted
+                                  else outcome.current_version)  # type: ignore[union-attr]
+                answer = self._too_large(p, aggregate_type, aggregate_id, before_version, problem, out)
                 if retrying and (p.envelope.command_id or "") in retrying:
                     retrying = retrying - {p.envelope.command_id or ""}
                     streams_changed = True
-                result = self._result(p, aggregate_type, aggregate_id, outcome)
-                result_bytes = self.codec.encode(result)
-                out.append(self._result_record(result, result_bytes, p.envelope))
-                new_seen.append(seen_command(result, result_bytes))
-            if decision.version != version:
-                version = decision.version
-                deleted = decision.state is None and version > 0
-                snapshot = None if decision.state is None else self.codec.encode(decision.state)
-                agg_state = decision.state
+                if answer is not None:
+                    out.append(self._result_record(answer[0], answer[1], p.envelope))
+                    new_seen.append(seen_command(answer[0], answer[1]))
+                if i:  # the state before it: decide the commands before it again (pure: the
+                    # same outcomes, whose records are in ``out`` already)
+                    before = decide(entry, aggregate_id, state_now, version_now,
+                                    inputs[start:start + i], self._route)
+                    state_now, version_now = before.state, before.version
+                start += i + 1
+                size = 1
+            if version_now != version:
+                version = version_now
+                deleted = state_now is None and version > 0
+                snapshot = None if state_now is None else self.codec.encode(state_now)
+                agg_state = state_now
 
         by_id = {s.command_id: s for s in [*(current.seen if duplicates else ()), *new_seen]}
         for dup_env, cid in duplicates:  # the first answer again, byte for byte
-            first = by_id[cid]
+            first = by_id.get(cid)
+            if first is None:  # the first has no answer yet (a transient failure): neither has it
+                continue
             answer = expand_seen(first, aggregate_type, aggregate_id)
-            if answer is None:
-                again = self._result_record(self.codec.decode(first.result), first.result, dup_env)
-            else:
-                again = self._result_record(answer, self.codec.encode(answer), dup_env)
-            # marked, so that counts of results (the status board's) do not count it twice
-            again.headers = [DUPLICATE_HEADER]
-            out.append(again)
+            again = (self._fitting(self.codec.decode(first.result), first.result, _DUPLICATE_BYTES)
+                     if answer is None else self._fitting(answer, None, _DUPLICATE_BYTES))
+            if again is not None:  # it fit when first written: it does unless the limit shrank
+                record = self._result_record(again[0], again[1], dup_env)
+                # marked, so that counts of results (the status board's) do not count it twice
+                record.headers = [DUPLICATE_HEADER]
+                out.append(record)
 
         if not new_seen and version == current.version and not streams_changed:
             return StepResult(None, agg_state, out, deadlines)  # nothing to store
@@ -344,14 +464,86 @@ class AggregateStep:
     ) -> list[OutputRecord]:
         out = [self._dead_letter(rec, stage, type(exc).__name__, str(exc))]
         if env is not None:  # the sender is waiting for this id: tell it
-            result = CommandResult(
+            answer = self._fitting(CommandResult(
                 command_id=env.command_id or env.message_id, status=FAILED,
                 aggregate_type=env.aggregate_type, aggregate_id=env.aggregate_id, version=-1,
                 timestamp=env.timestamp, source_partition=rec.partition, source_offset=rec.offset,
                 error_type=type(exc).__name__, message=str(exc),
-            )
-            out.append(self._result_record(result, self.codec.encode(result), env))
+            ))
+            if answer is not None:
+                out.append(self._result_record(answer[0], answer[1], env))
         return out
+
+    # ---- limits: what does not fit is answered, never written --------------------------------
+
+    def _oversized_event(self, outcome: Accepted, new_event: NewEvent, key: bytes, value: bytes,
+                         headers: Headers) -> str | None:
+        """The reason when the record of ``new_event`` (of ``outcome``) would be over the record
+        limit, else None."""
+        limit = self.max_record_bytes
+        size = record_size(key, value, headers)
+        if size <= limit:
+            return None
+        n = new_event.version - outcome.events[0].version + 1
+        return (f"its event {new_event.type_name} (version {new_event.version}, event {n:,} of "
+                f"{len(outcome.events):,}) would be a {size:,}-byte Kafka record, over the limit "
+                f"of {limit:,} bytes{_LIMIT_FROM}: make the event smaller (keep large data "
+                f"elsewhere and put a reference in the event){_OR_RAISE}")
+
+    def _oversized_result(self, result: CommandResult, encoded: bytes,
+                          headers: int = 0) -> str | None:
+        """The reason when the record of ``result`` (key: its command id; ``headers``: the bytes
+        of its headers, record_size's count) would be over the record limit, else None."""
+        limit = self.max_record_bytes - headers
+        if RECORD_FRAME_BYTES + len(encoded) + 4 * len(result.command_id) <= limit:
+            return None
+        size = RECORD_FRAME_BYTES + len(encoded) + len(result.command_id.encode())
+        if size <= limit:
+            return None
+        if result.status == ACCEPTED:
+            what, advice = (f"accepted with {len(result.event_ids):,} events",
+                            "return fewer events from one command (split the work over several "
+                            "commands)")
+        else:
+            what, advice = (f"{result.status}, its reason {len((result.reason or '').encode()):,} "
+                            "bytes", "give a shorter reason")
+        return (f"its result ({what}) would be a {size:,}-byte Kafka record, over the limit of "
+                f"{limit:,} bytes{_LIMIT_FROM}: {advice}{_OR_RAISE}")
+
+    def _too_large(self, p: _Pending, aggregate_type: str, aggregate_id: str, version: int,
+                   problem: str, out: list[OutputRecord]) -> tuple[CommandResult, bytes] | None:
+        """Answer a command whose outputs do not fit: its dead letter (appended to ``out``) and
+        its ``failed`` result (None: not even that fits)."""
+        env, rec = p.envelope, p.record
+        cid = env.command_id or env.message_id
+        message = (f"command {cid!r} was not applied, nothing of it was written and aggregate "
+                   f"{aggregate_type} {aggregate_id[:80]!r} is as it was before it: {problem}")
+        out.append(self._dead_letter(rec, OUTPUT_STAGE, TOO_LARGE, message))
+        return self._fitting(CommandResult(
+            cid, FAILED, aggregate_type, aggregate_id, version, env.timestamp, rec.partition,
+            rec.offset, [], None, None, TOO_LARGE, message))
+
+    def _fitting(self, result: CommandResult, encoded: bytes | None = None,
+                 headers: int = 0) -> tuple[CommandResult, bytes] | None:
+        """``(result, its bytes)``, its texts (a crash's message, a rejection's reason) cut when
+        its record (with ``headers`` bytes of headers) would be over the record limit; None when
+        even that does not fit (a command id near the limit): no result can be written."""
+        if encoded is None:
+            encoded = self.codec.encode(result)
+        if self._oversized_result(result, encoded, headers) is None:
+            return result, encoded
+        key_size = len(result.command_id.encode())
+        for name in ("message", "reason"):
+            text = getattr(result, name)
+            if not text:
+                continue
+            over = RECORD_FRAME_BYTES + len(encoded) + key_size + headers - self.max_record_bytes
+            # 16: the text's Avro length, a varint, may be shorter by a few bytes; no longer
+            result = attrs.evolve(result, **{name: _cut_text(text, len(text.encode()) - over - 16)})
+            encoded = self.codec.encode(result)
+            if self._oversized_result(result, encoded, headers) is None:
+                return result, encoded
+        return None
 
     def _retry(self, p: _Pending, outcome: Failed) -> tuple[int, bool] | None:
         """``(attempt, final)`` when the failure is transient by the app's retry policy (final:
@@ -371,8 +563,10 @@ class AggregateStep:
 
     def _dead_letter(self, rec: InputRecord, stage: str, error_type: str, message: str,
                      retry: tuple[int, bool] | None = None) -> OutputRecord:
-        headers: Headers = [(k, v if v is not None else b"") for k, v in rec.headers]
-        headers += [
+        """The dead letter of ``rec``: its key, value and headers, and the ``cqrs.dlq.*``
+        headers; cut to fit the record limit (see :meth:`_cut_letter`)."""
+        original: Headers = [(k, v if v is not None else b"") for k, v in rec.headers]
+        dlq: Headers = [
             (f"{DLQ_PREFIX}stage", stage.encode()),
             (f"{DLQ_PREFIX}error_type", error_type.encode()),
             (f"{DLQ_PREFIX}error", message.encode(errors="replace")),
@@ -381,7 +575,67 @@ class AggregateStep:
             (f"{DLQ_PREFIX}offset", str(rec.offset).encode()),
         ]
         if retry is not None:  # a transient failure: the retry job's to deliver again or park
-            headers += [(f"{DLQ_PREFIX}transient", b"1"),
-                        (f"{DLQ_PREFIX}attempt", str(retry[0]).encode()),
-                        (f"{DLQ_PREFIX}final", b"1" if retry[1] else b"0")]
-        return OutputRecord(self.topics.dead_letters, rec.key, rec.value, headers)
+            dlq += [(f"{DLQ_PREFIX}transient", b"1"),
+                    (f"{DLQ_PREFIX}attempt", str(retry[0]).encode()),
+                    (f"{DLQ_PREFIX}final", b"1" if retry[1] else b"0")]
+        if record_size(rec.key, rec.value, original) + record_size(None, None, dlq) \
+                - RECORD_FRAME_BYTES > self.max_record_bytes:
+            return self._cut_letter(rec, original, dlq)
+        return OutputRecord(self.topics.dead_letters, rec.key, rec.value, original + dlq)
+
+    def _cut_letter(self, rec: InputRecord, original: Headers, dlq: Headers) -> OutputRecord:
+        """A dead letter over the record limit, cut until it fits: its error text to
+        :data:`MAX_ERROR_TEXT` bytes, then the command's value, its headers, the error text
+        further, the command's key; the original size of each part of the command cut in a
+        ``cqrs.dlq.<part>_size`` header."""
+        limit = self.max_record_bytes
+        error = f"{DLQ_PREFIX}error"
+        text = next(v for k, v in dlq if k == error).decode(errors="replace")
+
+        def with_error(keep: int) -> Headers:
+            return [(k, _cut_text(text, keep).encode() if k == error else v) for k, v in dlq]
+
+        dlq = with_error(MAX_ERROR_TEXT)
+        key, value, headers = rec.key, rec.value, original
+        cut: Headers = []
+
+        def over() -> int:
+            return record_size(key, value, headers + dlq + cut) - limit
+
+        if over() > 0 and value:
+            cut.append((CUT_VALUE, str(len(value)).encode()))
+            value = value[:max(0, len(value) - over())]
+        if over() > 0 and headers:
+            cut.append((CUT_HEADERS, str(sum(len(k.encode()) + len(v) for k, v in headers)).encode()))
+            headers = []
+        if over() > 0:  # a limit below a few kilobytes: the error text too
+            dlq = with_error(max(0, len(_cut_text(text, MAX_ERROR_TEXT).encode()) - over()))
+        if over() > 0 and key:
+            cut.append((CUT_KEY, str(len(key)).encode()))
+            key = key[:max(0, len(key) - over())]
+        return OutputRecord(self.topics.dead_letters, key, value, headers + dlq + cut)
+
+
+CUT_VALUE = f"{DLQ_PREFIX}value_size"  # a cut dead letter's original value size, in bytes
+CUT_HEADERS = f"{DLQ_PREFIX}headers_size"  # ... of its original headers (names and values)
+CUT_KEY = f"{DLQ_PREFIX}key_size"  # ... of its original key
+_CUT = (CUT_VALUE, CUT_HEADERS, CUT_KEY)
+_DUPLICATE_BYTES = record_size(None, None, [DUPLICATE_HEADER]) - RECORD_FRAME_BYTES
+_LIMIT_FROM = f" (kafka message.max.bytes less {RECORD_MARGIN_BYTES:,})"
+_OR_RAISE = (", or raise message.max.bytes in [kafka.extra] together with the topics' "
+             "max.message.bytes")
+
+
+def _was_cut(letter: OutputRecord) -> bool:
+    """Whether the dead letter's copy of its command was cut to fit."""
+    return any(k in _CUT for k, _ in letter.headers)
+
+
+def _cut_text(text: str, keep: int) -> str:
+    """``text`` if its UTF-8 is at most ``keep`` bytes, else its beginning and a note of its
+    size, ``keep`` bytes in all (at least the note)."""
+    data = text.encode(errors="replace")
+    if len(data) <= keep:
+        return text
+    note = f" [... cut to fit Kafka's record limit: {len(data):,} bytes in all]"
+    return data[:max(0, keep - len(note.encode()))].decode(errors="ignore") + note

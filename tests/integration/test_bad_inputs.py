@@ -24,10 +24,10 @@ from typing import Any
 import attrs
 import pytest
 
-from cqrs.client import encode_command
+from cqrs.client import CommandTooLargeError, InvalidAggregateIdError, encode_command
 from cqrs.codec.single_object import MAGIC
-from cqrs.config import CqrsConfig
-from cqrs.envelope import CONTENT_TYPE, from_kafka
+from cqrs.config import DEFAULT_MAX_RECORD_BYTES, CqrsConfig
+from cqrs.envelope import CONTENT_TYPE, MAX_STATE_KEY_BYTES, from_kafka, record_size
 from cqrs.errors import CqrsError, MalformedHeaderError
 from cqrs.kafka_io import KafkaRecord, make_producer, read_to_end
 from cqrs.results import CommandResult
@@ -35,13 +35,17 @@ from cqrs.topics import AppTopics, ensure_topics, topics_for
 
 APPS = Path(__file__).parent / "apps"
 sys.path.insert(0, str(APPS))
-from bad_inputs_app import NotEvents, SendForeign, Write, Written, app  # noqa: E402
+from bad_inputs_app import (  # noqa: E402
+    Blow, Crash, NotEvents, SendForeign, Tick, Ticked, Write, Written, app,
+)
 from process_group import stop
 
 APP_REF = "bad_inputs_app:app"
 WAIT = 120.0
 KAFKA_MAX_MESSAGE = 1_000_000  # librdkafka's message.max.bytes, the producers' limit
 CASSANDRA_MAX_KEY = 65_535  # bytes of one partition-key component
+LONGEST_ID = MAX_STATE_KEY_BYTES - len("badin.Note")  # the state row's key is id + type
+PROMPT_S = 20.0  # another aggregate's answer on a shared 2-core machine (a failing batch: never)
 
 
 @attrs.define
@@ -61,6 +65,34 @@ class Running:
     def raw(self, key: bytes | None, value: bytes | None,
             headers: list[tuple[str, bytes]] | None = None) -> None:
         self.producer.produce(self.topics.commands, key=key, value=value, headers=headers or [])
+
+    def bad_then_neighbour(self, key: bytes, value: bytes, name: str, *command_ids: str
+                           ) -> dict[str, CommandResult]:
+        """Write a bad record, then a good command of another aggregate on the same partition
+        (so in the same task and chunk); check the neighbour is answered within PROMPT_S (the
+        batch did not fail) and return every result once ``command_ids`` have theirs too."""
+        landed: list[int] = []
+        self.producer.produce(self.topics.commands, key=key, value=value,
+                              on_delivery=lambda err, msg: landed.append(
+                                  -1 if err is not None else msg.partition()))
+        assert self.producer.flush(30) == 0 and landed and landed[0] >= 0, landed
+        sent = time.monotonic()
+        other, okey, ovalue, oheaders = encode_command(app, f"n-next-to-{name}", Write("fine"))
+        self.producer.produce(self.topics.commands, key=okey, value=ovalue, headers=oheaders,
+                              partition=landed[0])
+        results = self.answer(other)
+        took = time.monotonic() - sent
+        assert (results[other].status, results[other].version) == ("accepted", 1)
+        assert took < PROMPT_S, f"the neighbour's answer took {took:.1f} s:\n{self.log_tail()}"
+        print(f"{name}: the neighbour answered in {took:.2f} s (polled once a second)")
+        results = self.answer(*command_ids)
+        log = self.log.read_text(errors="replace")  # no task failed on the way (and was re-run)
+        for failure in ("MSG_SIZE_TOO_LARGE", "Key length of", "Lost task"):
+            assert failure not in log, f"{failure!r} in the processor's log:\n{self.log_tail()}"
+        return results
+
+    def events_of(self, key: bytes) -> list[KafkaRecord]:
+        return [r for r in read_to_end(self.cfg, [self.topics.events]) if r.key == key]
 
     def answer(self, *command_ids: str) -> dict[str, CommandResult]:
         """Wait until every command has a result; all results by command id."""
@@ -247,17 +279,169 @@ def test_a_garbled_command_record_is_a_dead_letter(running: Running) -> None:
 
 
 def test_a_key_at_cassandras_limit_is_processed(running: Running) -> None:
-    aggregate = "k" * (CASSANDRA_MAX_KEY - 100)
+    """The state row's key is the id and the type: 65,525 bytes of id with ``badin.Note``."""
+    aggregate = "k" * LONGEST_ID
     cid, key, value, headers = encode_command(app, aggregate, Write("x"))
     running.raw(key, value, headers)
     results = running.answer(cid)
     assert (results[cid].status, results[cid].version) == ("accepted", 1)
 
 
+def test_a_key_over_cassandras_limit_with_its_type_is_a_dead_letter_and_a_failed_result(
+    running: Running
+) -> None:
+    """One byte over (65,526 + 10): the client refuses it; from another producer it is a dead
+    letter and a failed result, and the partition goes on (it used to fail the batch, on every
+    run: ``Key length of 65536 is longer than maximum of 65535``)."""
+    aggregate = "k" * (LONGEST_ID + 1)
+    with pytest.raises(InvalidAggregateIdError, match="65,536-byte key") as err:
+        encode_command(app, aggregate, Write("x"))
+    assert err.value.limit == LONGEST_ID
+    cid, _, value, headers = encode_command(app, "short", Write("x"))
+    assert headers == []  # a command record: the key alone names the aggregate
+    results = running.bad_then_neighbour(aggregate.encode(), value, "long-key", cid)
+    assert (results[cid].status, results[cid].error_type) == ("failed", "MalformedHeaderError")
+    assert "65,536-byte key of the aggregate-state row" in (results[cid].message or "")
+    (dead,) = running.dead_letters(aggregate.encode())
+    assert _stage_and_error(dead) == ("envelope", "MalformedHeaderError")
+    assert b"65,525 bytes at most" in dict(dead.headers)["cqrs.dlq.error"]
+
+
+# ---- outputs over Kafka's record limit: the command fails alone, nothing of it is written ---------
+
+
+def test_an_event_over_kafkas_record_limit_fails_its_command_and_writes_nothing(running: Running) -> None:
+    aggregate = "n-big-event"
+    cid, key, value, _ = encode_command(app, aggregate, Blow(1_200_000))  # a 1.2 MB event
+    results = running.bad_then_neighbour(key, value, "big-event", cid)
+    r = results[cid]
+    assert (r.status, r.error_type, r.version) == ("failed", "RecordTooLargeError", 0), r
+    for words in ("badin.Written (version 1, event 1 of 1)", "over the limit of 998,976 bytes",
+                  "make the event smaller"):
+        assert words in (r.message or ""), r.message
+    (dead,) = running.dead_letters(key)
+    assert _stage_and_error(dead) == ("output", "RecordTooLargeError") and dead.value == value
+    ok = running.good(aggregate)  # the aggregate is as it was: still new
+    assert (running.answer(ok)[ok].status, running.answer(ok)[ok].version) == ("accepted", 1)
+    assert [app.codec.decode(e.value) for e in running.events_of(key)] == [Written("fine")]
+
+
+def test_a_result_over_kafkas_record_limit_fails_its_command_and_writes_none_of_its_events(
+    running: Running
+) -> None:
+    """30,000 small events fit one by one; the result listing their ids (37 bytes each, 1.1 MB)
+    does not. They used to be written on every re-run of the failing batch (210,001 records)."""
+    aggregate = "n-many-events"
+    cid, key, value, _ = encode_command(app, aggregate, Tick(30_000))
+    results = running.bad_then_neighbour(key, value, "many-events", cid)
+    r = results[cid]
+    assert (r.status, r.error_type, r.version) == ("failed", "RecordTooLargeError", 0), r
+    assert "its result (accepted with 30,000 events) would be a 1,1" in (r.message or ""), r.message
+    assert "return fewer events" in (r.message or "")
+    (dead,) = running.dead_letters(key)
+    assert _stage_and_error(dead) == ("output", "RecordTooLargeError")
+    ok = running.good(aggregate)
+    assert running.answer(ok)[ok].version == 1
+    events = running.events_of(key)
+    assert not any(isinstance(app.codec.decode(e.value), Ticked) for e in events)
+    assert [dict(e.headers)["cqrs.version"] for e in events] == [b"1"]  # written once
+
+
+def test_a_dead_letter_over_kafkas_record_limit_is_cut_with_its_original_size(running: Running) -> None:
+    """A ~999,905-byte command (librdkafka takes it, under its 1,000,000 bytes) whose handler
+    raises: the dead letter (the command and its headers) would not fit, so its value is cut;
+    the client would have refused the command (over 998,976 bytes)."""
+    aggregate = "n-big-crash"
+    text_size = 999_905 - 200
+    for _ in range(3):  # the record's exact size: ~999,905 bytes
+        cid, key, value, headers = encode_command(app, aggregate, Crash("c" * text_size),
+                                                  command_id="big-crash", max_record_bytes=10**6)
+        text_size += 999_905 - (len(key) + len(value))
+    assert len(key) + len(value) == 999_905 and headers == []
+    with pytest.raises(CommandTooLargeError):
+        encode_command(app, aggregate, Crash("c" * text_size))
+    results = running.bad_then_neighbour(key, value, "big-crash", cid)
+    r = results[cid]
+    assert (r.status, r.error_type) == ("failed", "RuntimeError") and "crashed on a" in (r.message or "")
+    (dead,) = running.dead_letters(key)
+    h = dict(dead.headers)
+    assert _stage_and_error(dead) == ("handler", "RuntimeError")
+    assert h["cqrs.dlq.value_size"] == str(len(value)).encode() and value.startswith(dead.value)
+    assert record_size(dead.key, dead.value, dead.headers) <= DEFAULT_MAX_RECORD_BYTES
+    ok = running.good(aggregate)
+    assert running.answer(ok)[ok].version == 1
+
+
+# ---- commands over Kafka's record limit: refused by the client, the CLI and HTTP ------------------
+
+
+def test_a_command_over_kafkas_record_limit_is_refused_by_the_python_client(running: Running) -> None:
+    from cqrs.client import CommandClient, CommandDeliveryError
+
+    with CommandClient(app, running.cfg) as client:
+        with pytest.raises(CommandTooLargeError) as err:
+            client.send("n-client-big", Write("w" * 2_000_000))
+        assert isinstance(err.value, CommandDeliveryError)  # as docs/client.md promises
+        assert (err.value.limit, err.value.size > 2_000_000) == (DEFAULT_MAX_RECORD_BYTES, True)
+        with pytest.raises(InvalidAggregateIdError, match="65,525 bytes at most"):
+            client.send("k" * (LONGEST_ID + 1), Write("x"))
+        r = client.send_and_wait("n-client-big", Write("fine"), timeout=WAIT)  # the client goes on
+        assert (r.status, r.version) == ("accepted", 1)
+
+
+CQRS = [sys.executable, "-c", "import sys; from cqrs.cli import main; sys.exit(main())"]
+"""The ``cqrs`` command as its console script runs it (``-m cqrs.cli.main`` warns on stderr)."""
+
+
+def test_a_command_over_kafkas_record_limit_is_refused_by_cqrs_send(
+    running: Running, tmp_path: Path
+) -> None:
+    data = tmp_path / "big.json"
+    data.write_text('{"text": "%s"}' % ("w" * 2_000_000))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(APPS), *sys.path]),
+           "CQRS_KAFKA_TOPIC_PREFIX": running.cfg.kafka.topic_prefix,
+           "CQRS_KAFKA_BOOTSTRAP": running.cfg.kafka.bootstrap_servers}
+    for aggregate, data_arg, words in [("n-cli-big", f"@{data}", "over the limit of 998,976 bytes"),
+                                       ("k" * (LONGEST_ID + 1), '{"text": "x"}', "65,536-byte key")]:
+        done = subprocess.run([*CQRS, "send", APP_REF, "Write", aggregate, "--data", data_arg,
+                               "--wait"], env=env, capture_output=True, timeout=300)
+        err = done.stderr.decode()
+        assert done.returncode == 2, err[-2000:]
+        assert err.startswith("cqrs: error: ") and err.count("\n") == 1 and words in err, err[:500]
+    done = subprocess.run([*CQRS, "send", APP_REF, "Write", "n-cli-big", "--data", '{"text": "fine"}',
+                           "--wait", "--timeout", str(WAIT)], env=env, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+
+def test_a_command_over_kafkas_record_limit_is_a_413_over_http(running: Running) -> None:
+    from fastapi.testclient import TestClient
+
+    from cqrs.http import HttpContext, create_http_app
+
+    with TestClient(create_http_app(HttpContext(app, running.cfg)),
+                    raise_server_exceptions=False) as http:
+        r = http.post("/commands/Write", json={"aggregate_id": "n-http-big",
+                                               "data": {"text": "w" * 2_000_000}})
+        assert r.status_code == 413, r.text[:2000]
+        body = r.json()
+        assert (body["error"], body["limit"]) == ("CommandTooLargeError", DEFAULT_MAX_RECORD_BYTES)
+        assert body["size"] > 2_000_000 and "over the limit of 998,976 bytes" in body["message"]
+        r = http.post("/commands/Write", json={"aggregate_id": "k" * (LONGEST_ID + 1),
+                                               "data": {"text": "x"}})
+        assert r.status_code == 422 and r.json()["limit"] == LONGEST_ID, r.text[:2000]
+        assert "65,536-byte key" in r.json()["message"]
+        r = http.post("/commands/Write", params={"timeout": WAIT},
+                      json={"aggregate_id": "n-http-big", "data": {"text": "fine"}})
+        assert r.status_code == 200 and (r.json()["status"], r.json()["version"]) == ("accepted", 1)
+
+
 def test_a_payload_over_kafkas_limit_is_refused_by_the_producer(running: Running) -> None:
     from confluent_kafka import KafkaException
 
-    _, key, value, headers = encode_command(app, "n-huge", Write("h" * KAFKA_MAX_MESSAGE))
+    with pytest.raises(CommandTooLargeError):  # the client refuses it (see below)
+        encode_command(app, "n-huge", Write("h" * KAFKA_MAX_MESSAGE))
+    _, key, value, headers = encode_command(app, "n-huge", Write("h" * KAFKA_MAX_MESSAGE),
+                                            max_record_bytes=2 * KAFKA_MAX_MESSAGE)
     with pytest.raises(KafkaException, match="MSG_SIZE_TOO_LARGE|too large"):
         running.raw(key, value, headers)  # refused before it reaches Kafka: nothing to process
     ok = running.good("n-huge")
@@ -326,7 +510,7 @@ def test_a_payload_near_kafkas_limit_is_processed(running: Running) -> None:
 
 
 def test_a_key_over_cassandras_limit_is_a_dead_letter(running: Running) -> None:
-    with pytest.raises(MalformedHeaderError, match="65,535"):  # the client refuses it
+    with pytest.raises(InvalidAggregateIdError, match="65,535"):  # the client refuses it
         encode_command(app, "k" * (CASSANDRA_MAX_KEY + 10), Write("x"))
     _, _, value, headers = encode_command(app, "short", Write("x"))
     running.raw(b"k" * (CASSANDRA_MAX_KEY + 10), value, headers)  # another producer does not
@@ -339,7 +523,7 @@ def test_a_key_over_cassandras_limit_is_a_dead_letter(running: Running) -> None:
 def test_an_empty_key_is_a_dead_letter(running: Running) -> None:
     _, _, value, headers = encode_command(app, "ignored", Write("x"))
     running.raw(b"", value, headers)
-    with pytest.raises(MalformedHeaderError, match="is empty"):  # the client refuses it
+    with pytest.raises(InvalidAggregateIdError, match="is empty"):  # the client refuses it
         encode_command(app, "", Write("x"))
     ok = running.good("n-after-empty")
     assert running.answer(ok)[ok].status == "accepted"

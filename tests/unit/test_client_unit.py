@@ -335,3 +335,67 @@ def test_http_bug_is_a_500_without_traceback() -> None:
     with TestClient(api, raise_server_exceptions=False) as client:
         r = client.get("/boom")
     assert r.status_code == 500 and r.json() == {"error": "RuntimeError", "message": "kaput"}
+
+
+# ---- what cannot be stored: refused before it is sent ------------------------------------------
+
+
+def test_a_command_over_the_record_limit_is_refused_with_its_size_and_the_limit() -> None:
+    from cqrs.client import CommandDeliveryError, CommandTooLargeError, encode_command
+    from cqrs.config import DEFAULT_MAX_RECORD_BYTES
+    from cqrs.envelope import record_size
+    from cqrs.errors import RecordTooLargeError
+
+    _, key, value, headers = encode_command(bank, "acc-1", OpenAccount("a" * 990_000))
+    assert record_size(key, value, headers) <= DEFAULT_MAX_RECORD_BYTES  # near the limit: sent
+    with pytest.raises(CommandTooLargeError) as err:
+        encode_command(bank, "acc-1", OpenAccount("a" * DEFAULT_MAX_RECORD_BYTES), command_id="big")
+    exc = err.value
+    assert isinstance(exc, CommandDeliveryError) and isinstance(exc, RecordTooLargeError)
+    assert (exc.command_id, exc.limit) == ("big", DEFAULT_MAX_RECORD_BYTES) and exc.size > exc.limit
+    assert f"{exc.size:,}-byte Kafka record, over the limit of 998,976 bytes" in str(exc)
+    with pytest.raises(CommandTooLargeError, match="over the limit of 1,000 bytes"):
+        encode_command(bank, "acc-1", OpenAccount("a" * 1_000), max_record_bytes=1_000)
+
+
+def test_an_aggregate_id_too_long_for_its_state_row_is_refused_with_the_longest_allowed() -> None:
+    from cqrs.client import encode_command
+    from cqrs.envelope import MAX_STATE_KEY_BYTES
+
+    longest = MAX_STATE_KEY_BYTES - len("example.bank.Account")
+    encode_command(bank, "k" * longest, Deposit(1))
+    with pytest.raises(InvalidAggregateIdError) as err:
+        encode_command(bank, "k" * (longest + 1), Deposit(1))
+    assert err.value.limit == longest == 65_515
+    assert "65,536-byte key of the aggregate-state row" in str(err.value)
+    assert "ids of example.bank.Account may have 65,515 bytes at most" in str(err.value)
+    with pytest.raises(InvalidAggregateIdError, match="is empty"):
+        encode_command(bank, "", Deposit(1))
+
+
+def test_cli_send_refuses_what_cannot_be_stored_without_kafka(
+    capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    data = tmp_path / "big.json"
+    data.write_text('{"owner": "%s"}' % ("o" * 1_100_000))
+    assert main(["send", APP_REF, "OpenAccount", "acc-1", "--data", f"@{data}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cqrs: error: command ") and err.count("\n") == 1, err[:300]
+    assert "over the limit of 998,976 bytes" in err and "Traceback" not in err
+    assert main(["send", APP_REF, "Deposit", "k" * 65_516, "--data", '{"amount": 1}']) == 2
+    err = capsys.readouterr().err
+    assert "65,536-byte key" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_http_status_of_a_command_too_large_is_413_and_of_a_long_id_422() -> None:
+    from cqrs.client import CommandTooLargeError
+    from cqrs.http.errors import error_body, status_of
+
+    too_large = CommandTooLargeError("c1", "acc-1", "example.bank.OpenAccount", 2_000_203, 998_976)
+    assert status_of(too_large) == 413
+    body = error_body(too_large)
+    assert (body["error"], body["size"], body["limit"], body["command_id"]) == (
+        "CommandTooLargeError", 2_000_203, 998_976, "c1")
+    assert "998,976" in body["message"]
+    long_id = InvalidAggregateIdError("too long", 65_515)
+    assert status_of(long_id) == 422 and error_body(long_id)["limit"] == 65_515

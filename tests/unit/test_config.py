@@ -118,3 +118,15 @@ def test_cache_keys_tell_configurations_apart_by_their_secrets_too() -> None:
     assert cache_key(a.cassandra) != cache_key(b.cassandra)  # ... the cache key does not
     assert cache_key(a.cassandra) == cache_key(load_config(env={"CQRS_CASSANDRA_PASSWORD": "one"}).cassandra)
     assert "one" not in cache_key(a.cassandra)
+
+
+def test_the_record_limit_follows_the_producers_message_max_bytes() -> None:
+    from cqrs.config import DEFAULT_MAX_RECORD_BYTES, RECORD_MARGIN_BYTES
+
+    assert load_config(env={}).kafka.max_record_bytes() == DEFAULT_MAX_RECORD_BYTES == 998_976
+    raised = load_config(env={}, kafka={"extra": {"message.max.bytes": "5000000"}})
+    assert raised.kafka.max_record_bytes() == 5_000_000 - RECORD_MARGIN_BYTES
+    for bad, words in (("lots", "not an integer"), ("1000", "too small")):
+        cfg = load_config(env={}, kafka={"extra": {"message.max.bytes": bad}})
+        with pytest.raises(ConfigError, match=words):
+            cfg.kafka.max_record_bytes()

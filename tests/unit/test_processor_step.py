@@ -7,13 +7,18 @@ from collections.abc import Callable
 
 import attrs
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from cqrs.app import App
 from cqrs.client import encode_command
-from cqrs.envelope import from_kafka, to_kafka
+from cqrs.domain import Aggregate, CommandHandler, Event, Rejected, command, event
+from cqrs.envelope import MAX_STATE_KEY_BYTES, from_kafka, record_size, to_kafka
 from cqrs.errors import MalformedHeaderError
 from cqrs.processor import AggregateStep, DedupPolicy, InputRecord, OutputRecord
 from cqrs.processor.step import DUPLICATE_HEADER
 from cqrs.results import AggregateRecord, CommandResult
+from cqrs.retries import RetryPolicy
 from cqrs.testing.example import (
     Account, Deposit, Deposited, Explode, OpenAccount, Withdraw, Withdrawn, make_app,
 )
@@ -265,3 +270,249 @@ def test_a_result_record_is_its_command_id_and_value_alone() -> None:
     assert [(h.status, h.aggregate_type, h.aggregate_id, h.command_id.encode())
             for h in heads if h is not None] == [
         (r.status, "example.bank.Account", "acc-1", r.key) for r in results]
+
+
+# ---- limits: outputs over Kafka's record limit, keys over Cassandra's ---------------------------
+
+
+@command(name="limits.Write")
+class Write:
+    text: str
+
+
+@command(name="limits.Blow")
+class Blow:
+    """Write ``n`` bytes: a small command with a large event."""
+
+    n: int
+
+
+@command(name="limits.Tick")
+class Tick:
+    n: int
+
+
+@command(name="limits.Crash")
+class Crash:
+    text: str
+
+
+@command(name="limits.Refuse")
+class Refuse:
+    text: str
+
+
+@event(name="limits.Written")
+class Written:
+    text: str
+
+
+@event(name="limits.Ticked")
+class Ticked:
+    i: int
+
+
+class Pad(Aggregate, name="limits.Pad"):
+    chars: int = 0
+    ticks: int = 0
+
+    def apply_written(self, e: Written) -> None:
+        self.chars += len(e.text)
+
+    def apply_ticked(self, e: Ticked) -> None:
+        self.ticks += 1
+
+
+class PadHandler(CommandHandler[Pad]):
+    def write(self, pad: Pad, cmd: Write) -> list[Event]:
+        return [Written(cmd.text)]
+
+    def blow(self, pad: Pad, cmd: Blow) -> list[Event]:
+        return [Written("b" * cmd.n)]
+
+    def tick(self, pad: Pad, cmd: Tick) -> list[Event]:
+        return [Ticked(i) for i in range(cmd.n)]
+
+    def crash(self, pad: Pad, cmd: Crash) -> list[Event]:
+        raise RuntimeError(cmd.text)
+
+    def refuse(self, pad: Pad, cmd: Refuse) -> list[Event]:
+        raise Rejected(cmd.text, code="refused")
+
+
+LIMITS_APP = App("limits", aggregates=[Pad], handlers=[PadHandler])
+LIMIT = 4_000  # bytes: a small record limit, so the tests build small records
+PAD = "limits.Pad"
+
+
+def _pad_record(command: object, offset: int, app: App = LIMITS_APP, aggregate_id: str = "pad-1",
+                cid: str | None = None) -> InputRecord:
+    _, key, value, headers = encode_command(app, aggregate_id, command,
+                                            command_id=cid or f"c{offset}", timestamp=T0,
+                                            max_record_bytes=100 * LIMIT)  # the client lets them by
+    return InputRecord(key, value, headers, 0, offset, TOPICS.commands)
+
+
+def _limited(app: App = LIMITS_APP, limit: int = LIMIT) -> AggregateStep:
+    return AggregateStep(app, app.codec, TOPICS, max_record_bytes=limit)
+
+
+def _by_topic(out: list[OutputRecord], topic: str) -> list[OutputRecord]:
+    return [r for r in out if r.topic == topic]
+
+
+def _fits(out: list[OutputRecord], limit: int = LIMIT) -> None:
+    sizes = [record_size(r.key, r.value, r.headers) for r in out]
+    assert max(sizes, default=0) <= limit, sizes
+
+
+def test_a_command_whose_event_is_over_the_record_limit_fails_and_writes_nothing() -> None:
+    state, out = _limited().run(PAD, "pad-1", None, [
+        _pad_record(Write("ok"), 1), _pad_record(Blow(LIMIT), 2), _pad_record(Write("after"), 3)])
+    _fits(out)
+    results = [LIMITS_APP.codec.decode(r.value) for r in _by_topic(out, TOPICS.results)]
+    assert [(r.status, r.version) for r in results] == [("accepted", 1), ("failed", 1), ("accepted", 2)]
+    failed = results[1]
+    assert failed.error_type == "RecordTooLargeError"
+    for part in ("'c2'", "limits.Written (version 2, event 1 of 1)", "4,000 bytes",
+                 "message.max.bytes", "make the event smaller"):
+        assert part in (failed.message or ""), failed.message
+    # the events of the commands that fit, versions 1 and 2: "after" was decided on the state
+    # before the command that did not fit
+    events = _by_topic(out, TOPICS.events)
+    assert [LIMITS_APP.codec.decode(e.value) for e in events] == [Written("ok"), Written("after")]
+    assert [dict(e.headers)["cqrs.version"] for e in events] == [b"1", b"2"]
+    (dead,) = _by_topic(out, TOPICS.dead_letters)
+    headers = dict(dead.headers)
+    assert (headers["cqrs.dlq.stage"], headers["cqrs.dlq.error_type"]) == (b"output", b"RecordTooLargeError")
+    assert dead.value == _pad_record(Blow(LIMIT), 2).value  # the command, whole: it fits
+    assert state is not None and state.version == 2
+    assert LIMITS_APP.codec.decode(state.snapshot).chars == len("okafter")
+    assert state.seen_command_ids() == ["c1", "c2", "c3"]  # a resend gets the same answer
+    _, again = _limited().run(PAD, "pad-1", state, [_pad_record(Blow(LIMIT), 9, cid="c2")])
+    assert [r.value for r in again] == [r.value for r in _by_topic(out, TOPICS.results)[1:2]]
+
+
+def test_a_command_whose_result_is_over_the_record_limit_fails_and_writes_nothing() -> None:
+    """200 events fit one by one; the result listing their 200 ids (37 bytes each) does not."""
+    state, out = _limited().run(PAD, "pad-1", None, [_pad_record(Tick(200), 1), _pad_record(Tick(3), 2)])
+    _fits(out)
+    results = [LIMITS_APP.codec.decode(r.value) for r in _by_topic(out, TOPICS.results)]
+    assert [(r.status, r.version) for r in results] == [("failed", 0), ("accepted", 3)]
+    assert "its result (accepted with 200 events)" in (results[0].message or "")
+    assert "return fewer events" in (results[0].message or "")
+    assert [LIMITS_APP.codec.decode(e.value) for e in _by_topic(out, TOPICS.events)] == [
+        Ticked(0), Ticked(1), Ticked(2)]
+    assert state is not None and state.version == 3
+
+
+def test_a_rejection_whose_result_is_over_the_limit_fails_and_a_crash_is_cut_to_fit() -> None:
+    huge = "why " * LIMIT
+    state, out = _limited().run(PAD, "pad-1", None, [
+        _pad_record(Refuse(huge), 1), _pad_record(Crash(huge), 2), _pad_record(Write("ok"), 3)])
+    _fits(out)
+    refused, crashed, ok = [LIMITS_APP.codec.decode(r.value) for r in _by_topic(out, TOPICS.results)]
+    assert (refused.status, refused.error_type) == ("failed", "RecordTooLargeError")
+    assert "its result (rejected, its reason 16,000 bytes)" in (refused.message or "")
+    # a crash keeps its answer, its message cut (with its size) so that the result fits
+    assert (crashed.status, crashed.error_type) == ("failed", "RuntimeError")
+    assert crashed.message.startswith("why why") and "16,000 bytes in all" in crashed.message
+    assert (ok.status, ok.version) == ("accepted", 1)
+    stages = [dict(d.headers)["cqrs.dlq.stage"] for d in _by_topic(out, TOPICS.dead_letters)]
+    assert stages == [b"output", b"handler"]
+    assert state is not None and state.version == 1
+
+
+def test_a_dead_letter_over_the_record_limit_is_cut_with_its_original_size() -> None:
+    command = Crash("c" * (LIMIT - 150))  # its record fits; with the dead letter's headers, not
+    rec = _pad_record(command, 1)
+    assert record_size(rec.key, rec.value, rec.headers) <= LIMIT
+    state, out = _limited().run(PAD, "pad-1", None, [rec])
+    _fits(out)
+    (dead,) = _by_topic(out, TOPICS.dead_letters)
+    headers = dict(dead.headers)
+    assert headers["cqrs.dlq.value_size"] == str(len(rec.value)).encode()
+    assert rec.value.startswith(dead.value) and len(dead.value) < len(rec.value)  # its beginning
+    assert (dead.key, headers["cqrs.dlq.stage"], headers["cqrs.dlq.error_type"]) == (
+        b"pad-1", b"handler", b"RuntimeError")
+    (result,) = [LIMITS_APP.codec.decode(r.value) for r in _by_topic(out, TOPICS.results)]
+    assert (result.status, result.error_type) == ("failed", "RuntimeError")
+
+
+def test_a_transient_failure_whose_dead_letter_is_cut_is_answered_at_once() -> None:
+    """The retry job could not deliver a cut command again: the failure is final (parked)."""
+    app = App("limits-retry", aggregates=[Pad], handlers=[PadHandler],
+              retries=RetryPolicy(transient=[RuntimeError]))
+    state, out = _limited(app).run(PAD, "pad-1", None, [
+        _pad_record(Crash("small"), 1, app), _pad_record(Crash("c" * (LIMIT - 150)), 2, app)])
+    _fits(out)
+    letters = [dict(d.headers) for d in _by_topic(out, TOPICS.dead_letters)]
+    assert [(h["cqrs.dlq.final"], "cqrs.dlq.value_size" in h) for h in letters] == [
+        (b"0", False), (b"1", True)]
+    assert [r.key for r in _by_topic(out, TOPICS.results)] == [b"c2"]  # only the cut one answered
+
+
+def test_an_aggregate_id_whose_state_key_is_over_cassandras_limit_is_a_dead_letter() -> None:
+    at_limit = "k" * (MAX_STATE_KEY_BYTES - len(PAD))
+    state, out = _limited(limit=200_000).run(PAD, at_limit, None, [
+        _pad_record(Write("x"), 1, aggregate_id=at_limit)])
+    assert [r.status for r in out if r.topic == TOPICS.results] == ["accepted"]
+    assert state is not None and state.version == 1
+
+    over = at_limit[1:] + "é"  # one character more, two bytes of UTF-8: one byte over
+    records = [InputRecord(over.encode(), r.value, r.headers, 0, 1, TOPICS.commands)
+               for r in [_pad_record(Write("x"), 1, aggregate_id="short")]]
+    state, out = _limited(limit=200_000).run(PAD, over, None, records)
+    assert state is None  # no state row
+    (dead,) = _by_topic(out, TOPICS.dead_letters)
+    headers = dict(dead.headers)
+    assert (headers["cqrs.dlq.stage"], headers["cqrs.dlq.error_type"]) == (b"envelope", b"MalformedHeaderError")
+    assert b"65,536-byte key" in headers["cqrs.dlq.error"] and b"65,525 bytes" in headers["cqrs.dlq.error"]
+    (result,) = [LIMITS_APP.codec.decode(r.value) for r in _by_topic(out, TOPICS.results)]
+    assert (result.status, result.error_type) == ("failed", "MalformedHeaderError")  # no one waits
+
+
+def test_a_repeated_command_after_a_transient_failure_in_the_same_batch_is_not_answered() -> None:
+    """Both copies wait for the retry job (the first has no answer to repeat yet)."""
+    app = App("limits-retry", aggregates=[Pad], handlers=[PadHandler],
+              retries=RetryPolicy(transient=[RuntimeError]))
+    state, out = _limited(app).run(PAD, "pad-1", None, [
+        _pad_record(Crash("flaky"), 1, app, cid="x"), _pad_record(Crash("flaky"), 2, app, cid="x")])
+    assert [r.topic for r in out] == [TOPICS.dead_letters] and state is None
+
+
+_COMMANDS = st.one_of(
+    st.builds(Write, st.integers(0, 2 * LIMIT).map(lambda n: "w" * n)),
+    st.builds(Blow, st.integers(0, 2 * LIMIT)),
+    st.builds(Tick, st.integers(0, 150)),
+    st.builds(Crash, st.integers(0, 2 * LIMIT).map(lambda n: "c" * n)),
+    st.builds(Refuse, st.integers(0, 2 * LIMIT).map(lambda n: "r" * n)),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_COMMANDS, max_size=8))
+def test_every_output_fits_and_what_fits_is_decided_as_if_the_rest_had_not_been_sent(
+    commands: list[object],
+) -> None:
+    """Under the limit: every record fits, every command has one answer, the event log has no
+    gap, and the commands that were not refused for size get exactly the events and answers
+    they get when sent alone under no limit (the refused ones changed nothing)."""
+    records = [_pad_record(c, i + 1) for i, c in enumerate(commands)]
+    state, out = _limited().run(PAD, "pad-1", None, records)
+    _fits(out)
+    results = {r.command_id: r for r in (LIMITS_APP.codec.decode(o.value)
+                                         for o in _by_topic(out, TOPICS.results))}
+    assert sorted(results) == sorted(f"c{i + 1}" for i in range(len(commands)))
+    events = _by_topic(out, TOPICS.events)
+    assert [int(dict(e.headers)["cqrs.version"]) for e in events] == list(range(1, len(events) + 1))
+    assert (state.version if state is not None else 0) == len(events)
+    kept = [r for r in records if results[f"c{r.offset}"].error_type != "RecordTooLargeError"]
+    _, alone = _limited(limit=100 * LIMIT).run(PAD, "pad-1", None, kept)
+    assert [e.value for e in _by_topic(alone, TOPICS.events)] == [e.value for e in events]
+    answers = [LIMITS_APP.codec.decode(r.value) for r in _by_topic(alone, TOPICS.results)]
+    assert [(a.command_id, a.status, a.version, a.error_type) for a in answers] == [
+        (a.command_id, a.status, a.version, a.error_type) for a in results.values()
+        if a.error_type != "RecordTooLargeError"]
+    _, rerun = _limited().run(PAD, "pad-1", None, records)  # a re-run writes the same bytes
+    assert rerun == out

@@ -11,7 +11,8 @@ from typing import Any
 from cqrs.app import App
 from cqrs.domain import Aggregate, CommandHandler, Event, command, event
 
-__all__ = ["Foreign", "NotEvents", "Note", "SendForeign", "Write", "Written", "app", "make_app"]
+__all__ = ["Blow", "Crash", "Foreign", "NotEvents", "Note", "SendForeign", "Tick", "Ticked", "Write",
+           "Written", "app", "make_app"]
 
 
 @command(name="badin.Write")
@@ -29,9 +30,35 @@ class SendForeign:
     note: str
 
 
+@command(name="badin.Blow")
+class Blow:
+    """A small command whose event is ``size`` bytes of text."""
+
+    size: int
+
+
+@command(name="badin.Tick")
+class Tick:
+    """A small command with ``count`` small events."""
+
+    count: int
+
+
+@command(name="badin.Crash")
+class Crash:
+    """A command (of any size) whose handler raises."""
+
+    text: str
+
+
 @event(name="badin.Written")
 class Written:
     text: str
+
+
+@event(name="badin.Ticked")
+class Ticked:
+    index: int
 
 
 @event(name="badin.Foreign")
@@ -43,9 +70,13 @@ class Foreign:
 
 class Note(Aggregate, name="badin.Note"):
     size: int = 0
+    ticks: int = 0
 
     def apply_written(self, e: Written) -> None:
         self.size += len(e.text)
+
+    def apply_ticked(self, e: Ticked) -> None:
+        self.ticks += 1
 
 
 class NoteHandler(CommandHandler[Note]):
@@ -59,6 +90,15 @@ class NoteHandler(CommandHandler[Note]):
 
     def send_foreign(self, note: Note, cmd: SendForeign) -> list[Event]:
         return [Foreign(cmd.note)]
+
+    def blow(self, note: Note, cmd: Blow) -> list[Event]:
+        return [Written("b" * cmd.size)]
+
+    def tick(self, note: Note, cmd: Tick) -> list[Event]:
+        return [Ticked(i) for i in range(cmd.count)]
+
+    def crash(self, note: Note, cmd: Crash) -> list[Event]:
+        raise RuntimeError(f"crashed on a {len(cmd.text):,}-character command")
 
 
 def make_app() -> App:
