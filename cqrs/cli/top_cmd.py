@@ -83,6 +83,14 @@ def render_top(s: dict[str, Any], *, colour: bool = True) -> str:
     counters = s.get("counters") or {}
     lines += ["", "  ".join(f"{label}: {c(BOLD, _n(counters.get(key, 0)))}"
                             for key, label in COUNTERS)]
+    waiting = (s.get("gauges") or {}).get("deadlines_waiting")
+    fired = counters.get("deadlines_fired", 0)
+    if waiting is not None or fired or counters.get("deadlines_scheduled"):
+        late = counters.get("deadline_lateness_s", 0) / fired if fired else None
+        lines.append(f"deadlines: waiting {c(BOLD, _n(waiting))}  scheduled "
+                     f"{_n(counters.get('deadlines_scheduled', 0))}  cancelled "
+                     f"{_n(counters.get('deadlines_cancelled', 0))}  fired {_n(fired)}  "
+                     f"mean lateness {_n(late, 2)} s")
     if s["dead_letters"]:
         lines.append("dead letters waiting: " + "  ".join(
             f"{d['stage']} {_n(d['waiting'])}" for d in s["dead_letters"]))

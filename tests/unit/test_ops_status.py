@@ -174,6 +174,13 @@ def test_top_screen() -> None:
     assert "\x1b[" not in screen
     assert "[#####               ] 25%" in screen  # the rebuild's progress
     assert sparkline([0, 1, 2, 4]) == "▁▃▅█" and sparkline([0, 0]) == "▁▁"
+    assert "deadlines:" not in screen  # an app that never scheduled one
+    board = _board()
+    board.count(deadlines_scheduled=4, deadlines_fired=2, deadline_lateness_s=0.5)
+    board.set_gauges(deadlines_waiting=2)
+    screen = render_top(board.snapshot(), colour=False)
+    assert ("deadlines: waiting 2.0  scheduled 4  cancelled 0  fired 2  mean lateness 0.25 s"
+            in screen), screen
 
 
 def test_runner_server_serves_page_json_and_metrics() -> None:
