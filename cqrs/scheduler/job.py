@@ -26,6 +26,8 @@ from cqrs.topics import AppTopics, ensure_topics, topics_for
 
 __all__ = ["RoundStats", "SchedulerError", "SchedulerOptions", "SchedulerQuery", "start_scheduler"]
 
+CURSOR_SAVE_S = 10.0  # an idle timer saves its cursor this often
+
 
 class SchedulerError(CqrsError, RuntimeError):
     """Kafka did not take the due commands (the job fails; its restart sends them again)."""
@@ -61,6 +63,7 @@ class SchedulerQuery(LoopQuery):
         self._producer: Any = None
         self._cursor = 0
         self._rounds = 0  # rounds done
+        self._saved_at = 0.0  # when the cursor was last saved (time.monotonic())
 
     def _serve(self) -> None:
         from cqrs.kafka_io import make_producer
@@ -130,7 +133,11 @@ class SchedulerQuery(LoopQuery):
             stats.lateness_s = [(sent - (d.due_ms or sent)) / 1000.0 for d in fire]
         self.store.forget(entries)
         self._cursor = after
-        self.store.save_cursor(after)
+        # an idle round moves the cursor too; saving it every round would be a write per round
+        # for nothing (a restart from an older cursor only reads empty slices again)
+        if entries or time.monotonic() - self._saved_at > CURSOR_SAVE_S:
+            self.store.save_cursor(after)
+            self._saved_at = time.monotonic()
         stats.seconds = time.perf_counter() - started
         return stats
 

@@ -211,3 +211,29 @@ class LendingMachine(RuleBasedStateMachine):
 
 TestLendingMachine = LendingMachine.TestCase
 TestLendingMachine.settings = settings(max_examples=25, stateful_step_count=15, deadline=None)
+
+
+def test_the_bank_and_loyalty_examples_whole_flows_with_their_read_models() -> None:
+    from domain_examples import bank, loyalty
+
+    t0 = time.perf_counter()
+    b = LocalRunner(bank.app, read_models=LocalReadModels(bank.app), seed=3)
+    assert b.send_and_wait("acc-1", bank.OpenAccount("ann"), expected_version=0).accepted
+    for n in range(10):
+        b.send("acc-1", bank.Deposit(100))
+    refused = b.send("acc-1", bank.Withdraw(5_000))
+    b.run()
+    assert b.result(refused).status == "rejected"
+    crashed = b.send_and_wait("acc-2", bank.OpenAccount("mallory"))
+    assert crashed.accepted
+    audit = b.send_and_wait("acc-2", bank.AuditAccount("ivy"))  # the demo's crashing handler
+    assert audit.status == "failed" and [d.stage for d in b.dead_letters] == ["handler"]
+    assert b.read_model().get("balances", "acc-1")["balance_cents"] == 1_000
+    shop = LocalRunner(loyalty.app, read_models=LocalReadModels(loyalty.app), seed=3)
+    for store, invoice, amount in [("s-1", "i-1", 1_000), ("s-2", "i-2", 2_550), ("s-1", "i-3", 99)]:
+        shop.send(store, loyalty.RecordPurchase(invoice, "c-ann", amount))
+    shop.run()
+    points = shop.read_model().get("customer_points", "c-ann")  # re-keyed from two stores
+    assert points["purchases"] == 3 and points["spent_cents"] == 3_649
+    assert points["points"] == sum(loyalty.points_for(a) for a in (1_000, 2_550, 99))
+    assert time.perf_counter() - t0 < 1.0
