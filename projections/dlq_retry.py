@@ -333,14 +333,11 @@ class ProjectionRetrier:
         return stats
 
     def _due(self, now: int) -> list[DueEntry]:
-        store = self.store
+        """What is due from the cursor to ``now`` (the due table's slices, see
+        :meth:`cqrs.scheduler.due.DueTable.read_due`)."""
         if self._cursor is None:
             return []
-        entries: list[DueEntry] = []
-        for bucket in range(bucket_of(self._cursor, store.bucket_s), bucket_of(now, store.bucket_s) + 1):
-            entries += store.due(bucket, self._cursor, now, self.max_due - len(entries))
-            if len(entries) >= self.max_due:
-                break
+        entries, _, _ = self.store.due(self._cursor, now, self.max_due)
         return entries
 
     def _round(self, now: int) -> RoundStats:
