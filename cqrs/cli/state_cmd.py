@@ -14,6 +14,15 @@ from cqrs.config import CqrsConfig
 __all__ = ["register", "state_as_json"]
 
 
+class _DeprecatedWait(argparse.Action):
+    """``--version N``: stored as ``--wait-for-version N``, and remembered, for the note."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.deprecated_wait = True
+
+
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     state = commands.add_parser("state", help="read the command processor's aggregate state")
     sub = state.add_subparsers(dest="state_command", required=True, metavar="ACTION")
@@ -26,8 +35,8 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                      metavar="N",
                      help="wait until the aggregate is at version N or later, then print its "
                      "current state (read-your-writes)")
-    get.add_argument("--version", type=int, default=None, dest="deprecated_min_version",
-                     metavar="N",
+    get.add_argument("--version", type=int, default=None, dest="min_version",
+                     metavar="N", action=_DeprecatedWait,
                      help="deprecated spelling of --wait-for-version (it never meant the state "
                      "at version N: that is --at-version N)")
     get.add_argument("--timeout", type=float, default=10.0,
@@ -38,7 +47,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     past.add_argument("--at", default=None, metavar="TIME",
                       help="the state as it was at TIME (ISO-8601 with a UTC offset, e.g. "
                       "2026-03-01T12:00:00+00:00): after the last event recorded by then")
-    get.set_defaults(run=_run_get)
+    get.set_defaults(run=_run_get, deprecated_wait=False)
 
     rebuild = commands.add_parser(
         "rebuild-state",
@@ -69,12 +78,10 @@ def _run_get(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     from cqrs.processor.state import StateReader
 
     app = load_app(args.app)
-    if args.deprecated_min_version is not None:
+    if args.deprecated_wait:
         print("cqrs: note: --version is deprecated, use --wait-for-version (it waits for a "
               "version and prints the current state; --at-version N prints the state at N)",
               file=sys.stderr)
-        if args.min_version is None:
-            args.min_version = args.deprecated_min_version
     if args.at_version is not None or args.at is not None:
         return _run_get_past(cfg, app, args)
     with StateReader(app, cfg) as states:

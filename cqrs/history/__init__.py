@@ -12,7 +12,7 @@ from __future__ import annotations
 from cqrs.history.reader import MAX_PAGE, HistoryReader, HistoryRequestError, parse_page_token
 from cqrs.history.rows import (
     BUCKET_SIZE, HistoricState, HistoryEvent, HistoryPage, HistoryRangeError, HistoryRow,
-    decode_row, fold, row_from_record,
+    decode_row, fold, row_from_record, rows_from_records,
 )
 from cqrs.history.table import HISTORY_TABLE, MemoryHistoryTable
 
@@ -32,4 +32,5 @@ __all__ = [
     "fold",
     "parse_page_token",
     "row_from_record",
+    "rows_from_records",
 ]

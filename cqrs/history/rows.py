@@ -34,6 +34,7 @@ __all__ = [
     "decode_row",
     "fold",
     "row_from_record",
+    "rows_from_records",
 ]
 
 BUCKET_SIZE: Final = 10_000
@@ -94,6 +95,18 @@ def row_from_record(key: bytes | None, value: bytes | None, headers: Headers | I
                       env.message_type, _micros(env.timestamp), int(timestamp_ms),
                       env.command_id, env.correlation_id, env.causation_id, payload,
                       partition, offset)
+
+
+def rows_from_records(records: Iterable[Any]) -> list[HistoryRow]:
+    """The history rows of events-topic records (objects with ``key``, ``value``, ``headers``,
+    ``partition``, ``offset`` and ``timestamp_ms``, such as :class:`cqrs.kafka_io.KafkaRecord`);
+    records that are not events are left out."""
+    rows = []
+    for r in records:
+        row = row_from_record(r.key, r.value, r.headers, r.partition, r.offset, r.timestamp_ms)
+        if row is not None:
+            rows.append(row)
+    return rows
 
 
 @attrs.frozen(slots=True)

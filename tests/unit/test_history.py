@@ -223,9 +223,9 @@ def test_state_get_keeps_version_as_a_deprecated_wait(capsys: pytest.CaptureFixt
 
     parser = build_parser()
     args = parser.parse_args(["state", "get", "m:app", "acc-1", "--version", "3"])
-    assert (args.deprecated_min_version, args.min_version) == (3, None)
+    assert (args.min_version, args.deprecated_wait) == (3, True)
     args = parser.parse_args(["state", "get", "m:app", "acc-1", "--wait-for-version", "3"])
-    assert args.min_version == 3
+    assert (args.min_version, args.deprecated_wait) == (3, False)
     args = parser.parse_args(["state", "get", "m:app", "acc-1", "--at-version", "2"])
     assert args.at_version == 2
     with pytest.raises(SystemExit):
