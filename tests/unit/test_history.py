@@ -295,3 +295,24 @@ def test_http_state_at_a_version_or_a_time(http: Any) -> None:
     assert params["version"].get("deprecated") and "wait_for_version" in params
 
 
+
+
+def test_run_app_supervises_the_history_job() -> None:
+    from cqrs.cli.app_cmd import _history_spec
+    from cqrs.cli.main import build_parser
+    from cqrs.config import load_config
+    from cqrs.ops.board import StatusBoard
+
+    spec = _history_spec(load_config(env={}), "cqrs.testing.example_app:app",
+                         StatusBoard("example-bank"), "events-topic")
+    assert (spec.name, spec.kind, spec.input_topic) == ("history", "history", "events-topic")
+    assert build_parser().parse_args(["run", "app", "m:app", "--no-history"]).no_history
+
+
+def test_the_history_job_commits_under_a_group_of_its_own() -> None:
+    from cqrs.history.job import group_id_for
+    from cqrs.topics import topics_for
+
+    topics = topics_for("bank", "dev.")
+    assert group_id_for(topics) == f"cqrs-history-{topics.base}"
+    assert group_id_for(topics, "cqrs_history_rebuilt").endswith("-cqrs_history_rebuilt")
