@@ -26,7 +26,8 @@ class _DeprecatedWait(argparse.Action):
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     state = commands.add_parser("state", help="read the command processor's aggregate state")
     sub = state.add_subparsers(dest="state_command", required=True, metavar="ACTION")
-    get = sub.add_parser("get", help="print one aggregate's version and state as JSON")
+    get = sub.add_parser("get", help="print one aggregate's version and state as JSON: now (the "
+                         "state table), or as it was at a version or a time (the history table)")
     get.add_argument("app", help="the App, as module:attribute (e.g. domain_examples.bank:app)")
     get.add_argument("aggregate_id", help="the aggregate id (the commands' Kafka key)")
     get.add_argument("--type", dest="aggregate_type", default=None,

@@ -14,7 +14,7 @@ from cqrs.history.rows import (
     BUCKET_SIZE, HistoricState, HistoryEvent, HistoryPage, HistoryRangeError, HistoryRow,
     decode_row, fold, row_from_record, rows_from_records,
 )
-from cqrs.history.table import HISTORY_TABLE, MemoryHistoryTable
+from cqrs.history.table import HISTORY_TABLE, HistoryStoreError, MemoryHistoryTable
 
 __all__ = [
     "BUCKET_SIZE",
@@ -27,6 +27,7 @@ __all__ = [
     "HistoryReader",
     "HistoryRequestError",
     "HistoryRow",
+    "HistoryStoreError",
     "MemoryHistoryTable",
     "decode_row",
     "fold",
