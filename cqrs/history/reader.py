@@ -184,6 +184,10 @@ class HistoryReader:
         ``at`` is outside the aggregate's history (or ``at`` is in the future)."""
         if (version is None) == (at is None):
             raise HistoryRequestError("give one of version=N or at=TIME, not both or neither")
+        if at is not None and (at.tzinfo is None or at.utcoffset() is None):
+            raise HistoryRangeError(
+                f"time {at.isoformat()} has no UTC offset: give a timezone-aware time, e.g. "
+                "2026-03-01T12:00:00+00:00")
         table, _ = self._open()
         found_type = self._type_of(table, aggregate_id, aggregate_type)
         if found_type is None:
@@ -194,14 +198,14 @@ class HistoryReader:
             wanted = list(itertools.islice(events, max(version, 0) + 1))
         else:
             assert at is not None
-            if at.tzinfo is not None and at > self._clock():
+            if at > self._clock():
                 raise HistoryRangeError(
                     f"time {at.isoformat()} is in the future (it is {self._clock().isoformat()} "
                     "now): the history knows the past only")
             wanted = []
             for e in events:
                 wanted.append(e)
-                if at.tzinfo is not None and e.recorded_at > at:
+                if e.recorded_at > at:
                     break
         if not wanted:
             return None
