@@ -133,7 +133,7 @@ def test_history_on_the_stack(cqrs_config: CqrsConfig, spark: Any,
     job = start_history(cfg, HistoryOptions(APP_REF, topics=topics), available_now=True)
     job.awaitTermination(120)
     assert job.exception() is None and not job.isActive
-    print(f"history job over the log: {time.monotonic() - t:.1f}s")
+    notes = [f"history job over the log: {time.monotonic() - t:.1f}s"]
 
     log = _log(cfg, topics.events)
     assert sorted(log) == ["acc-0", "acc-1", "acc-2", "acc-3", "acc-4"]
@@ -172,7 +172,7 @@ def test_history_on_the_stack(cqrs_config: CqrsConfig, spark: Any,
         t = time.perf_counter()
         for _ in range(20):
             history.events("acc-4", limit=25)
-        print(f"a page of 25 events: {(time.perf_counter() - t) / 20 * 1000:.1f} ms")
+        notes.append(f"a page of 25 events: {(time.perf_counter() - t) / 20 * 1000:.1f} ms")
         assert history.events("no-such").events == ()
 
     # ---- 2. restart, and a replay into another table --------------------------------------
@@ -197,7 +197,6 @@ def test_history_on_the_stack(cqrs_config: CqrsConfig, spark: Any,
     capsys.readouterr()
     assert main(["history", APP_REF, "acc-0"]) == 0
     table = capsys.readouterr().out
-    print(table)
     lines = table.splitlines()
     assert lines[0].split()[:4] == ["version", "type", "time", "recorded"]
     assert "example.bank.Withdrawn" in lines[4] and "corr-c02" in lines[4]
@@ -233,7 +232,8 @@ def test_history_on_the_stack(cqrs_config: CqrsConfig, spark: Any,
         t = time.perf_counter()
         for _ in range(20):
             assert http.get("/aggregates/acc-4/events", params={"limit": 25}).status_code == 200
-        print(f"GET /aggregates/acc-4/events (25): {(time.perf_counter() - t) / 20 * 1000:.1f} ms")
+        notes.append(f"GET /aggregates/acc-4/events (25): "
+                     f"{(time.perf_counter() - t) / 20 * 1000:.1f} ms")
         r = http.get("/aggregates/acc-0", params={"at_version": 2})
         assert r.status_code == 200 and r.json()["state"]["balance"] == 100
         r = http.get("/aggregates/acc-0", params={"at": first["events"][0]["recorded_at"]})
@@ -257,6 +257,8 @@ def test_history_on_the_stack(cqrs_config: CqrsConfig, spark: Any,
                                    input=json.dumps(_live_blocks(path)),
                                    capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
         assert done_docs.returncode == 0, f"{done_docs.stdout[-3000:]}\n{done_docs.stderr[-6000:]}"
-        print(done_docs.stdout)
+        notes += [done_docs.stdout, table]
     finally:
         serving.stop()
+    with capsys.disabled():
+        print("\n".join(notes))
