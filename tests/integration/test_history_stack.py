@@ -216,6 +216,13 @@ def test_history_on_the_stack(cqrs_config: CqrsConfig, spark: Any,
     done = capsys.readouterr()
     assert json.loads(done.out)["version"] == 5 and "deprecated" in done.err
     assert main(["history", APP_REF, "nobody"]) == 1
+    capsys.readouterr()
+    assert main(["run", "history", APP_REF, "--available-now"]) == 0  # nothing new: it ends
+    assert "consumer group cqrs-history-" in capsys.readouterr().out
+    assert main(["run", "history", APP_REF, "--replay", "--available-now"]) == 0
+    assert "history rows written" in capsys.readouterr().out
+    assert main(["history", APP_REF, "acc-0"]) == 0
+    assert capsys.readouterr().out == table  # the replay wrote the same rows
 
     # ---- 4. HTTP --------------------------------------------------------------------------
     from fastapi.testclient import TestClient
@@ -246,8 +253,13 @@ def test_history_on_the_stack(cqrs_config: CqrsConfig, spark: Any,
     ctx.close()
 
     # ---- 5. docs/history.md's live blocks, a processor serving ----------------------------
+    from cqrs.processor.source import new_stop_file
+    from cqrs.spark_session import stop_between_batches
+
+    stop_file = new_stop_file()
     serving = start_processor(spark, cfg, ProcessorOptions(
-        app_ref=APP_REF, topics=topics, checkpoint=cfg.spark.checkpoint_location(prefix, "p")))
+        app_ref=APP_REF, topics=topics, checkpoint=cfg.spark.checkpoint_location(prefix, "p")),
+        stop_file=stop_file)
     try:
         env = {**os.environ, "CQRS_KAFKA_TOPIC_PREFIX": prefix,
                "CQRS_SPARK_CHECKPOINT_DIR": str(tmp_path),
@@ -258,7 +270,7 @@ def test_history_on_the_stack(cqrs_config: CqrsConfig, spark: Any,
                                    capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
         assert done_docs.returncode == 0, f"{done_docs.stdout[-3000:]}\n{done_docs.stderr[-6000:]}"
         notes += [done_docs.stdout, table]
-    finally:
-        serving.stop()
+    finally:  # between two micro-batches, as `cqrs run processor` stops it
+        stop_between_batches([(serving, Path(stop_file).touch)])
     with capsys.disabled():
         print("\n".join(notes))
