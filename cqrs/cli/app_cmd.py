@@ -19,8 +19,8 @@ __all__ = ["build_runner", "register"]
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run_app = job_parsers(commands).add_parser(
-        "app", help="the processor, projectors, process managers and retry job of an app in "
-        "one Spark driver",
+        "app", help="the processor, projectors, process managers, retry job, deadline timer "
+        "and history job of an app in one Spark driver",
         description="Each part is its own streaming query on its usual checkpoint (switching "
         "between this and the separate `run processor` / `run projector` is safe while the "
         "other is stopped); a query that fails is restarted after a back-off "
@@ -36,6 +36,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                          "transient errors: App(retries=RetryPolicy(transient=[...])))")
     run_app.add_argument("--no-process-managers", action="store_true",
                          help="do not run the app's process managers")
+    run_app.add_argument("--no-history", action="store_true",
+                         help="do not run the history job (an aggregate's events and its state "
+                         "at a version or time then wait for a `cqrs run history`)")
     run_app.add_argument("--no-scheduler", action="store_true",
                          help="do not run the deadline timer (deadlines handlers schedule then "
                          "wait for a `cqrs run scheduler`)")
@@ -69,7 +72,7 @@ class Runner:
 
 def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
                  projectors: bool = True, retrier: bool = True, process_managers: bool = True,
-                 scheduler: bool = True, report: Any = _say) -> Runner:
+                 scheduler: bool = True, history: bool = True, report: Any = _say) -> Runner:
     """Start the Spark session, the listener, the probes and the server of ``app_ref``; the
     queries start with :meth:`Runner.run`."""
     import os
@@ -125,6 +128,8 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
                   for pm in app.process_managers]
     if scheduler:
         specs.append(_scheduler_spec(cfg, app_ref, board, topics.commands))
+    if history:
+        specs.append(_history_spec(cfg, app_ref, board, topics.events))
 
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # noqa: SLF001
 
@@ -228,13 +233,28 @@ def _scheduler_spec(cfg: CqrsConfig, app_ref: str, board: Any, commands_topic: s
     return QuerySpec("scheduler", "scheduler", commands_topic, start)
 
 
+def _history_spec(cfg: CqrsConfig, app_ref: str, board: Any, events_topic: str) -> Any:
+    """The history job (as `run history`): events -> the history table, beside the queries."""
+    from cqrs.history.job import HistoryOptions, start_history
+    from cqrs.ops.supervisor import QuerySpec
+
+    def on_batch(_: int, r: Any) -> None:
+        board.count(history_rows=r.events)
+
+    def start(_: int | None) -> Any:
+        return start_history(cfg, HistoryOptions(app_ref), on_batch=on_batch,
+                             on_progress=board.on_progress)
+
+    return QuerySpec("history", "history", events_topic, start)
+
+
 def _run_app(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     import signal
 
     runner = build_runner(cfg, args.app, trigger=args.trigger, projectors=not args.no_projectors,
                           retrier=not args.no_retrier,
                           process_managers=not args.no_process_managers,
-                          scheduler=not args.no_scheduler)
+                          scheduler=not args.no_scheduler, history=not args.no_history)
     stop = threading.Event()
     # SIGTERM (systemd, Kubernetes, kill) stops the queries between batches, like Ctrl-C
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import Final
 
 from cqrs.cli import (
-    app_cmd, config_cmd, demo_cmd, dev_cmd, dlq_cmd, process_cmd, projections_cmd, retrier_cmd,
+    app_cmd, config_cmd, demo_cmd, dev_cmd, dlq_cmd, history_cmd, process_cmd, projections_cmd,
+    retrier_cmd,
     run_cmd, scheduler_cmd, send_cmd,
     state_cmd, top_cmd,
 )
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     scheduler_cmd.register(commands)
     process_cmd.register(commands)
     state_cmd.register(commands)
+    history_cmd.register(commands)
     dlq_cmd.register(commands)
     send_cmd.register(commands)
     projections_cmd.register(commands)

@@ -17,7 +17,7 @@ from cqrs.client.errors import (
     UnknownCommandTypeError,
 )
 from cqrs.client.json_commands import command_from_json, resolve_command_type, to_jsonable
-from cqrs.client.query import StateReader
+from cqrs.client.query import HistoryReader, StateReader
 from cqrs.client.replies import ListenerStats, ResultFuture
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "CommandDeliveryError",
     "CommandTimeoutError",
     "CommandTooLargeError",
+    "HistoryReader",
     "InvalidAggregateIdError",
     "InvalidCommandIdError",
     "ListenerStats",

@@ -55,6 +55,7 @@ class HttpContext:
         self._client = client
         self._states = states
         self._deadlines: Any = None
+        self._history: Any = None
         self._lock = threading.Lock()
 
     def has_client(self) -> bool:
@@ -75,6 +76,16 @@ class HttpContext:
             return self._states
 
     @property
+    def history(self) -> Any:
+        """The app's :class:`~cqrs.history.HistoryReader`, opened on first use."""
+        with self._lock:
+            if self._history is None:
+                from cqrs.history import HistoryReader
+
+                self._history = HistoryReader(self.app, self.cfg)
+            return self._history
+
+    @property
     def deadlines(self) -> Any:
         """The app's deadline store (:mod:`cqrs.scheduler.store`), opened on first use."""
         with self._lock:
@@ -89,9 +100,12 @@ class HttpContext:
     def close(self) -> None:
         with self._lock:
             deadlines, self._deadlines = self._deadlines, None
+            history, self._history = self._history, None
             client, states, self._client, self._states = self._client, self._states, None, None
         if deadlines is not None:
             deadlines.close()
+        if history is not None:
+            history.close()
         if client is not None:
             client.close()
         if states is not None:

@@ -24,9 +24,10 @@ log = logging.getLogger("cqrs.http")
 
 def status_of(exc: BaseException) -> int:
     """The HTTP status of a framework error."""
+    from cqrs.history.rows import HistoryRangeError
     from cqrs.processor.state import StateReadError, StateTimeoutError
 
-    if isinstance(exc, UnknownCommandTypeError):
+    if isinstance(exc, (UnknownCommandTypeError, HistoryRangeError)):
         return 404
     if isinstance(exc, RecordTooLargeError):  # a command over Kafka's record limit
         return 413

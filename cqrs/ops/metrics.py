@@ -54,6 +54,9 @@ COUNTERS: dict[str, tuple[str, dict[str, str], str]] = {
     "deadline_lateness_s": ("cqrs_deadline_lateness_seconds", {},
                             "Due time to sending, summed over fired deadlines (divide by "
                             "cqrs_deadlines_fired for the mean)."),
+    "history_rows": ("cqrs_history_rows_written", {},
+                     "Events the history job wrote to the history table (again after a restart "
+                     "or a replay)."),
     "reaction_cpu_s": ("cqrs_process_manager_cpu_seconds", {},
                        "CPU seconds the process managers' reacting threads spent (decoding, "
                        "reacting, encoding; librdkafka's own threads not counted)."),

@@ -30,7 +30,7 @@ class QuerySpec:
     returns the ``StreamingQuery``; ``generation()`` says which generation should run now."""
 
     name: str  # stable across restarts, e.g. "processor", "projector:balances"
-    kind: str  # processor | projector | retrier | process-manager
+    kind: str  # processor | projector | retrier | process-manager | scheduler | history
     input_topic: str
     start: Callable[[int | None], Any]
     generation: Callable[[], int | None] = _no_generation

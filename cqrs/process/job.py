@@ -302,13 +302,21 @@ class ProcessManagerQuery(LoopQuery):
             committed.update({p: o for p, o in old.items() if p in committed})
         return {p: (o if o >= 0 else OFFSET_BEGINNING) for p, o in committed.items()}
 
+    def _open_run(self) -> Any:
+        """What handles a chunk of records (``run(records) -> BatchReport`` and ``close()``)."""
+        return ReactorRun(self.cfg, self.app, self.opts.name, self.topics)
+
+    def _record(self, m: Any) -> tuple[Any, ...]:
+        """The tuple :meth:`_open_run`'s ``run`` takes for one consumed message."""
+        return (m.key(), m.value(), m.headers() or [], m.partition(), m.offset())
+
     def _serve(self) -> None:
         from confluent_kafka import TopicPartition
 
         from cqrs.kafka_io import make_consumer, take, watermarks
 
         topic = self.topics.events
-        run = ReactorRun(self.cfg, self.app, self.opts.name, self.topics)
+        run = self._open_run()
         consumer = make_consumer(self.cfg, self.group_id, **{
             "fetch.wait.max.ms": 100, "enable.partition.eof": False})
         try:
@@ -327,7 +335,7 @@ class ProcessManagerQuery(LoopQuery):
             consumer.close()
             run.close()
 
-    def _loop(self, run: ReactorRun, consumer: Any, target: dict[int, int] | None,
+    def _loop(self, run: Any, consumer: Any, target: dict[int, int] | None,
               take: Callable[..., list[Any]]) -> _Period:
         """React until stopped (or, with ``target``, until it is reached); returns what was done
         since the last progress report."""
@@ -342,7 +350,7 @@ class ProcessManagerQuery(LoopQuery):
                 return period
             msgs = take(consumer, self.opts.max_events_per_chunk, CHUNK_POLL_S)
             if msgs:
-                records: list[tuple[bytes | None, bytes | None, Headers, int, int]] = []
+                records: list[tuple[Any, ...]] = []
                 moved: dict[int, int] = {}
                 for m in msgs:
                     err = m.error()
@@ -354,7 +362,7 @@ class ProcessManagerQuery(LoopQuery):
                     if target is not None and offset >= target.get(p, 0):
                         continue  # --available-now: what came after the start waits
                     moved[p] = offset + 1
-                    records.append((m.key(), m.value(), m.headers() or [], p, offset))
+                    records.append(self._record(m))
                 report = run.run(records) if records else None
                 with self._lock:
                     self._positions.update(moved)

@@ -43,6 +43,7 @@ from cqrs.app import App
 from cqrs.client.encoding import encode_command
 from cqrs.deadletters import DeadLetter, parse_dead_letter
 from cqrs.envelope import from_kafka, read_command, to_kafka
+from cqrs.history import HistoryReader, MemoryHistoryTable, rows_from_records
 from cqrs.kafka_io import KafkaRecord
 from cqrs.process.reactor import Instance, Reactor, SourceEvent
 from cqrs.processor.step import AggregateStep, DedupPolicy, InputRecord, OutputRecord
@@ -124,6 +125,7 @@ class LocalRunner:
         self._states: dict[tuple[str, str], AggregateRecord] = {}
         self._instances: dict[str, dict[str, Instance]] = {r.pm.name: {} for r in self.reactors}
         self._events: list[tuple[bytes, bytes, list[tuple[str, bytes]], int]] = []
+        self._event_times: list[int] = []  # when each event was written, ms (the virtual clock)
         self._reacted = {r.pm.name: 0 for r in self.reactors}  # next event each one reads
         self._projected = 0
         self._results: dict[str, bytes] = {}  # the first answer of each command id, encoded
@@ -205,6 +207,20 @@ class LocalRunner:
             if aggregate_id is None or env.aggregate_id == aggregate_id:
                 out.append(self.codec.decode(payload))
         return out
+
+    def event_records(self) -> list[KafkaRecord]:
+        """The events topic's records so far, in log order (one partition here), each stamped
+        with the virtual clock's time when the processor wrote it, as Kafka stamps a record."""
+        return [KafkaRecord(self.topics.events, 0, offset, key, value, list(headers), ms)
+                for (key, value, headers, offset), ms in zip(self._events, self._event_times,
+                                                             strict=True)]
+
+    def history(self) -> HistoryReader:
+        """A :class:`~cqrs.history.HistoryReader` of the events written so far: the rows the
+        history job would write, in memory; times in the future are those after the clock."""
+        table = MemoryHistoryTable(self.topics.base)
+        table.write(rows_from_records(self.event_records()))
+        return HistoryReader(self.app, table=table, codec=self.codec, clock=lambda: self.clock)
 
     # ---- time and work ----------------------------------------------------------------------------
 
@@ -309,6 +325,7 @@ class LocalRunner:
             if r.topic == self.topics.events:
                 self._events.append((r.key or b"", r.value or b"", list(r.headers or []),
                                      len(self._events)))
+                self._event_times.append(int(self.clock.timestamp() * 1000))
             elif r.topic == self.topics.results:  # decoded when asked for
                 self._answers.append(r.value or b"")
                 self._results.setdefault((r.key or b"").decode(), r.value or b"")

@@ -71,7 +71,7 @@ def test_run_app_runs_the_retrier_beside_the_processor(cqrs_config: CqrsConfig,
             status = _status(url)
         assert status is not None
         queries = {q["name"]: q for q in status["queries"]}
-        assert set(queries) == {"processor", "retrier", "scheduler"}
+        assert set(queries) == {"processor", "retrier", "scheduler", "history"}
         assert queries["retrier"]["state"] == "active"
         assert queries["retrier"]["input_topic"] == topics.dead_letters
         assert status["counters"]["retries_delivered"] == 1

@@ -108,10 +108,11 @@ def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> 
     try:
         def both_active() -> bool:
             s = json.loads(_get(runner_url + "/status.json"))
-            return {q["name"] for q in s["queries"]} == {"processor", "projector:balances", "scheduler"} \
+            return {q["name"] for q in s["queries"]} == {"processor", "projector:balances",
+                                                         "scheduler", "history"} \
                 and all(q["state"] == "active" for q in s["queries"])
 
-        _until("the runner's processor, projector and scheduler active", both_active, START_WAIT, logs)
+        _until("the runner's processor, projector, scheduler and history active", both_active, START_WAIT, logs)
         _until("cqrs serve up", lambda: _get(serve_url + "/health"), 60, logs)
         yield Stack(cfg, runner_url, serve_url, logs, env, procs[0])
     finally:
@@ -243,7 +244,8 @@ def test_status_page_in_a_real_browser(stack: Stack, tmp_path: Path) -> None:
 
         def both_active() -> bool:
             found = rows()
-            return set(found) == {"processor", "projector:balances", "scheduler"} and all(
+            return set(found) == {"processor", "projector:balances", "scheduler",
+                                  "history"} and all(
                 r.get_attribute("data-state") == "active" for r in found.values())
 
         _until("the page shows every query active", fresh(both_active), 60, stack.logs)

@@ -1,0 +1,36 @@
+"""History in the forms the CLI and the HTTP service share: an event as JSON, a time from text."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from cqrs.history.rows import HistoryEvent, HistoryRangeError
+
+__all__ = ["event_json", "parse_time"]
+
+
+def event_json(e: HistoryEvent) -> dict[str, Any]:
+    """A :class:`~cqrs.history.HistoryEvent` as JSON (what ``GET /aggregates/{id}/events`` and
+    ``cqrs history --json`` write): the envelope, and ``data``, the event's fields in the JSON
+    forms of :func:`cqrs.client.to_jsonable`."""
+    from cqrs.client.json_commands import to_jsonable
+
+    return {"version": e.version, "event_id": e.event_id, "type": e.event_type,
+            "timestamp": e.timestamp.isoformat(), "recorded_at": e.recorded_at.isoformat(),
+            "command_id": e.command_id, "correlation_id": e.correlation_id,
+            "causation_id": e.causation_id, "schema_version": e.schema_version,
+            "aggregate_type": e.aggregate_type, "aggregate_id": e.aggregate_id,
+            "data": to_jsonable(e.event)}
+
+
+def parse_time(text: str) -> _dt.datetime:
+    """An ISO-8601 time with a UTC offset (``Z`` allowed), else :class:`HistoryRangeError`."""
+    try:
+        at = _dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise HistoryRangeError(
+            f"time {text!r} is not an ISO-8601 time such as 2026-03-01T12:00:00+00:00") from None
+    if at.tzinfo is None:
+        raise HistoryRangeError(f"time {text!r} has no UTC offset: add +00:00 (or Z)")
+    return at

@@ -1,0 +1,150 @@
+"""The history table in Cassandra (its name and schema are written here and nowhere else).
+
+``cqrs_history``: one row per event, ``PRIMARY KEY ((app, aggregate_type, aggregate_id,
+bucket), version)`` with ``bucket = version // 10_000`` (:data:`~cqrs.history.rows.BUCKET_SIZE`),
+so no partition holds more than 10,000 events of one aggregate; ``app`` is the app's topic base
+(topic prefix included), so apps and test runs sharing a keyspace never mix. A row is written by
+its key with values taken from the event's Kafka record only: writing it again (a restart, a
+``--replay``) writes the same row.
+
+:class:`MemoryHistoryTable` keeps the same rows in a dict, for tests and the docs' offline
+examples.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from cqrs.cassandra_io import MAX_BATCH_BYTES, CassandraSession, identifier
+from cqrs.config import CqrsConfig
+from cqrs.errors import CqrsError
+from cqrs.history.rows import BUCKET_SIZE, HistoryRow
+
+__all__ = ["HISTORY_TABLE", "CassandraHistoryTable", "HistoryStoreError", "HistoryTable",
+           "MemoryHistoryTable", "open_history_table"]
+
+HISTORY_TABLE = "cqrs_history"
+
+_COLUMNS = ("aggregate_type", "aggregate_id", "version", "event_id", "event_type", "timestamp_us",
+            "recorded_ms", "command_id", "correlation_id", "causation_id", "payload",
+            "kafka_partition", "kafka_offset")
+
+
+class HistoryStoreError(CqrsError, RuntimeError):
+    """The history table cannot be read or written."""
+
+
+class HistoryTable(Protocol):
+    """What the history job writes to and the reader reads from."""
+
+    app: str
+    bucket_size: int
+
+    def write(self, rows: Sequence[HistoryRow]) -> None: ...
+
+    def read(self, aggregate_type: str, aggregate_id: str, bucket: int, from_version: int,
+             limit: int) -> list[HistoryRow]: ...
+
+    def close(self) -> None: ...
+
+
+class CassandraHistoryTable:
+    """The history rows of one app (``app``: its topic base) in table ``table`` of the
+    configured keyspace."""
+
+    def __init__(self, db: CassandraSession, app: str, *, table: str = HISTORY_TABLE,
+                 owns_session: bool = False) -> None:
+        self.db = db
+        self.app = app
+        self.table = identifier(table, "history table name")
+        self.bucket_size = BUCKET_SIZE
+        self.owns_session = owns_session
+        db.execute(f"CREATE TABLE IF NOT EXISTS {self.table} (app text, aggregate_type text, "
+                   "aggregate_id text, bucket bigint, version bigint, event_id text, event_type "
+                   "text, timestamp_us bigint, recorded_ms bigint, command_id text, "
+                   "correlation_id text, causation_id text, payload blob, kafka_partition int, "
+                   "kafka_offset bigint, PRIMARY KEY ((app, aggregate_type, aggregate_id, bucket), "
+                   "version)) WITH CLUSTERING ORDER BY (version ASC)")
+        self._put = db.prepare(
+            f"INSERT INTO {self.table} (app, bucket, {', '.join(_COLUMNS)}) VALUES "
+            f"({', '.join('?' * (len(_COLUMNS) + 2))})", write=True)
+        self._get = db.prepare(
+            f"SELECT {', '.join(_COLUMNS)} FROM {self.table} WHERE app = ? AND aggregate_type = ? "
+            "AND aggregate_id = ? AND bucket = ? AND version >= ? LIMIT ?")
+
+    def write(self, rows: Sequence[HistoryRow]) -> None:
+        """Write ``rows``: an unlogged batch per partition (split under Cassandra's batch size
+        limit), the batches concurrently; returns once all are written."""
+        from cassandra.query import BatchStatement, BatchType
+
+        parts: dict[tuple[str, str, int], list[HistoryRow]] = {}
+        for r in rows:
+            parts.setdefault((r.aggregate_type, r.aggregate_id, r.version // self.bucket_size),
+                             []).append(r)
+        batches: list[tuple[Any, Sequence[Any]]] = []
+        for (_, _, bucket), part in parts.items():
+            batch, size = None, 0
+            for r in part:
+                row_size = len(r.payload) + len(r.aggregate_id) + 200
+                if batch is None or (size + row_size > MAX_BATCH_BYTES and len(batch) > 0):
+                    batch, size = BatchStatement(BatchType.UNLOGGED,
+                                                 consistency_level=self.db.write_cl), 0
+                    batches.append((batch, ()))
+                batch.add(self._put, (self.app, bucket, r.aggregate_type, r.aggregate_id,
+                                      r.version, r.event_id, r.event_type, r.timestamp_us,
+                                      r.recorded_ms, r.command_id, r.correlation_id,
+                                      r.causation_id, r.payload, r.partition, r.offset))
+                size += row_size
+        self.db.concurrent_statements(batches, f"writes of {self.table}")
+
+    def read(self, aggregate_type: str, aggregate_id: str, bucket: int, from_version: int,
+             limit: int) -> list[HistoryRow]:
+        """Rows of one bucket of an aggregate from ``from_version`` on, at most ``limit``."""
+        found = self.db.execute(self._get, (self.app, aggregate_type, aggregate_id, bucket,
+                                            from_version, limit))
+        return [HistoryRow(t, i, v, eid, et, ts, rec, cid, corr, cause, bytes(p), part, off)
+                for (t, i, v, eid, et, ts, rec, cid, corr, cause, p, part, off) in found]
+
+    def close(self) -> None:
+        if self.owns_session:
+            self.db.close()
+
+
+class MemoryHistoryTable:
+    """The history table's rows in memory (tests, offline examples); ``bucket_size`` may be
+    small to exercise paging across partitions."""
+
+    def __init__(self, app: str = "memory", bucket_size: int = BUCKET_SIZE) -> None:
+        self.app = app
+        self.bucket_size = bucket_size
+        self.rows: dict[tuple[str, str], dict[int, HistoryRow]] = {}
+        self._lock = threading.Lock()
+
+    def write(self, rows: Sequence[HistoryRow]) -> None:
+        with self._lock:
+            for r in rows:
+                self.rows.setdefault((r.aggregate_type, r.aggregate_id), {})[r.version] = r
+
+    def read(self, aggregate_type: str, aggregate_id: str, bucket: int, from_version: int,
+             limit: int) -> list[HistoryRow]:
+        with self._lock:
+            found = self.rows.get((aggregate_type, aggregate_id), {})
+            versions = sorted(v for v in found if v // self.bucket_size == bucket
+                              and v >= from_version)
+            return [found[v] for v in versions[:limit]]
+
+    def close(self) -> None:
+        pass
+
+
+def open_history_table(cfg: CqrsConfig, app_base: str, *,
+                       table: str = HISTORY_TABLE) -> CassandraHistoryTable:
+    """The history table of an app on a Cassandra session of its own (closed with it)."""
+    db = CassandraSession(cfg.cassandra, rows_per_request=1, error=lambda m: HistoryStoreError(m))
+    try:
+        return CassandraHistoryTable(db, app_base, table=table, owns_session=True)
+    except Exception:
+        db.close()
+        raise
