@@ -184,8 +184,8 @@ def test_metrics_count_what_was_sent(stack: Stack) -> None:
             for s in f.samples}
         return found if set(found.values()) == {1.0} else None
 
-    assert _until("both queries up", up, WAIT, stack.logs) == {
-        "processor": 1.0, "projector:balances": 1.0}
+    assert _until("every query up", up, WAIT, stack.logs) == {
+        "processor": 1.0, "projector:balances": 1.0, "scheduler": 1.0, "history": 1.0}
     assert families["cqrs_batch_duration_seconds"].samples  # a histogram per query
     lag = [s for s in families["cqrs_query_lag_records"].samples
            if s.labels["query"] == "processor"]
