@@ -133,18 +133,8 @@ class HistoryQuery(ProcessManagerQuery):
         return {p: (o if o >= 0 else OFFSET_BEGINNING) for p, o in committed.items()}
 
     def _progress(self, period: Any, now: float) -> None:
-        elapsed = max(now - period.started, 1e-6)
-        busy = max(period.busy_s, 1e-6)
-        self._report({
-            "batchId": self._chunks, "numInputRows": period.records,
-            "inputRowsPerSecond": period.records / elapsed,
-            "processedRowsPerSecond": period.events / busy if period.events else 0.0,
-            "durationMs": {"triggerExecution": period.busy_s * 1000.0},
-            "sources": [{"description": f"events topic {self.topics.events}",
-                         "endOffset": {self.topics.events: {str(p): o for p, o in
-                                                            self.positions().items()}}}],
-            "historyRows": period.events, "cpuSeconds": period.cpu_s,
-        })
+        self._report_period(period, now, period.records, historyRows=period.events,
+                            cpuSeconds=period.cpu_s)
 
 
 def start_history(cfg: CqrsConfig, opts: HistoryOptions, *, available_now: bool = False,

@@ -421,19 +421,24 @@ class ProcessManagerQuery(LoopQuery):
             consumer.commit(offsets=offsets, asynchronous=asynchronous)
 
     def _progress(self, period: _Period, now: float) -> None:
+        self._report_period(period, now, period.events, reactions=period.reacted,
+                            commands=period.commands, outcomes=period.outcomes,
+                            failures=period.failures, cpuSeconds=period.cpu_s)
+
+    def _report_period(self, period: Any, now: float, rows: int, **extra: Any) -> None:
+        """A progress report shaped as Spark's (rows read, rates, time, the positions as the
+        source's end offsets), with a job's own figures (``extra``)."""
         elapsed = max(now - period.started, 1e-6)
         busy = max(period.busy_s, 1e-6)
         self._report({
-            "batchId": self._chunks, "numInputRows": period.events,
-            "inputRowsPerSecond": period.events / elapsed,
+            "batchId": self._chunks, "numInputRows": rows,
+            "inputRowsPerSecond": rows / elapsed,
             "processedRowsPerSecond": period.events / busy if period.events else 0.0,
             "durationMs": {"triggerExecution": period.busy_s * 1000.0},
             "sources": [{"description": f"events topic {self.topics.events}",
                          "endOffset": {self.topics.events: {str(p): o for p, o in
                                                             self.positions().items()}}}],
-            "reactions": period.reacted, "commands": period.commands,
-            "outcomes": period.outcomes, "failures": period.failures,
-            "cpuSeconds": period.cpu_s,
+            **extra,
         })
 
 
