@@ -269,8 +269,13 @@ def test_status_page_in_a_real_browser(stack: Stack, tmp_path: Path) -> None:
             60, stack.logs)
         # in/s, done/s and lag per query: a line needs two points, which under load can take
         # a few refreshes after the first batch
-        _until("the page draws the six charts", fresh(lambda: len(driver.find_elements(
-            By.CSS_SELECTOR, "#queries svg.spark polyline")) == 6), 60, stack.logs)
+        def lines_of(query: str) -> int:
+            return len(driver.find_elements(
+                By.CSS_SELECTOR, f'#queries tr[data-query="{query}"] svg.spark polyline'))
+
+        _until("the page draws the processor's and the projector's three charts", fresh(
+            lambda: lines_of("processor") == 3 and lines_of("projector:balances") == 3), 60,
+            stack.logs)
         def projection_caught_up() -> bool:
             row = driver.find_element(By.CSS_SELECTOR, '#projections tr[data-projection="balances"]')
             return "current" in row.text and "100 %" in row.text
