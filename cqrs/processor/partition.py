@@ -55,6 +55,7 @@ __all__ = [
     "SliceStats",
     "StateCache",
     "Worker",
+    "group_by_aggregate",
     "process_slice",
     "process_slices",
     "read_envelope",
@@ -446,11 +447,12 @@ class _Grouped:
     groups: dict[tuple[str | None, str | None], list[InputRecord]]
 
 
-def _group(worker: Worker, topic: str, partition: int, messages: Sequence[Message],
-           stats: SliceStats, start_offset: int | None) -> _Grouped:
-    """1. of the module doc for one partition's slice, with the worker's cache of it."""
-    stats.commands += len(messages)
-    # 1. group by aggregate, in offset order
+def group_by_aggregate(topic: str, partition: int, messages: Sequence[Message],
+                       ) -> dict[tuple[str | None, str | None], list[InputRecord]]:
+    """A partition's records ``(key, value, headers, offset)`` as the step's input, grouped by
+    ``(aggregate type, id)`` in offset order; a record whose aggregate cannot be told goes to
+    ``(None, None)`` (the step dead-letters it). The Spark task and the in-process runner both
+    group a chunk with this."""
     groups: dict[tuple[str | None, str | None], list[InputRecord]] = {}
     for key, value, headers, offset in messages:
         try:  # no key, an empty one or one over Cassandra's limit: the step dead-letters it
@@ -475,7 +477,14 @@ def _group(worker: Worker, topic: str, partition: int, messages: Sequence[Messag
             except UnicodeDecodeError:
                 group = (None, agg_id)
             groups.setdefault(group if None not in group else (None, None), []).append(rec)
+    return groups
 
+
+def _group(worker: Worker, topic: str, partition: int, messages: Sequence[Message],
+           stats: SliceStats, start_offset: int | None) -> _Grouped:
+    """1. of the module doc for one partition's slice, with the worker's cache of it."""
+    stats.commands += len(messages)
+    groups = group_by_aggregate(topic, partition, messages)  # 1. in offset order
     first_offset, next_offset = messages[0][3], messages[-1][3] + 1
     if start_offset is not None:
         first_offset = start_offset

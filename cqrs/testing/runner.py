@@ -42,11 +42,12 @@ import attrs
 from cqrs.app import App
 from cqrs.client.encoding import encode_command
 from cqrs.deadletters import DeadLetter, parse_dead_letter
-from cqrs.envelope import from_kafka, read_command, to_kafka
+from cqrs.envelope import from_kafka, to_kafka
 from cqrs.history import HistoryReader, MemoryHistoryTable, rows_from_records
 from cqrs.kafka_io import KafkaRecord
 from cqrs.process.reactor import Instance, Reactor, SourceEvent
-from cqrs.processor.step import AggregateStep, DedupPolicy, InputRecord, OutputRecord
+from cqrs.processor.partition import group_by_aggregate
+from cqrs.processor.step import AggregateStep, DedupPolicy, OutputRecord
 from cqrs.results import AggregateRecord, CommandResult, ConversationOutcome
 from cqrs.retrier.plan import WAITING, classify, due_ms, redelivery
 from cqrs.scheduler.records import stored_deadline
@@ -295,27 +296,15 @@ class LocalRunner:
         aggregate in offset order, one step per aggregate."""
         waiting = self._commands[partition][self._applied[partition]:]
         self._applied[partition] += len(waiting)
-        groups: dict[tuple[str | None, str | None], list[InputRecord]] = {}
-        for rec in waiting:
-            agg_id = rec.key.decode("utf-8", "replace") if rec.key else None
-            found = read_command(agg_id, rec.value) if agg_id else None
-            if found is not None:
-                env, payload = found
-                group: tuple[str | None, str | None] = (env.aggregate_type, agg_id)
-            else:  # the older header form, or unreadable: the step reads it the slow way
-                env, payload = None, None
-                agg_type = dict(rec.headers).get("cqrs.aggregate_type")
-                group = (agg_type.decode("utf-8", "replace") if agg_type else None, agg_id)
-            groups.setdefault(group, []).append(InputRecord(
-                rec.key, rec.value, rec.headers, partition, rec.offset, self.topics.commands, env,
-                payload))
+        groups = group_by_aggregate(self.topics.commands, partition,
+                                    [(c.key, c.value, c.headers, c.offset) for c in waiting])
         for (agg_type, agg_id), records in groups.items():
-            known = agg_type is not None and agg_id is not None
-            result = self.step.apply(agg_type if known else None, agg_id if known else None,
-                                     self._states.get((agg_type, agg_id)) if known else None,  # type: ignore[arg-type]
-                                     records)
-            if result.record is not None and known:
-                self._states[(agg_type, agg_id)] = result.record  # type: ignore[index]
+            if agg_type is None or agg_id is None:  # the step dead-letters what it cannot place
+                self._write(self.step.apply(None, None, None, records).out)
+                continue
+            result = self.step.apply(agg_type, agg_id, self._states.get((agg_type, agg_id)), records)
+            if result.record is not None:
+                self._states[(agg_type, agg_id)] = result.record
             self._write(result.out)
             if result.deadlines:
                 self.deadlines.apply(result.deadlines)

@@ -28,7 +28,7 @@ from cqrs.client import CommandTooLargeError, InvalidAggregateIdError, encode_co
 from cqrs.codec.single_object import MAGIC
 from cqrs.config import DEFAULT_MAX_RECORD_BYTES, CqrsConfig
 from cqrs.envelope import CONTENT_TYPE, MAX_STATE_KEY_BYTES, from_kafka, record_size
-from cqrs.errors import CqrsError, MalformedHeaderError
+from cqrs.errors import CqrsError
 from cqrs.kafka_io import KafkaRecord, make_producer, read_to_end
 from cqrs.results import CommandResult
 from cqrs.topics import AppTopics, ensure_topics, topics_for
