@@ -182,10 +182,10 @@ class AggregateStep:
     ) -> StepResult:
         """:meth:`run`, also taking and giving the aggregate object (``decoded``: the object
         ``state.snapshot`` holds, when the caller has it, saving a decode)."""
-        ordered = list(records)
-        if any(ordered[i].offset > ordered[i + 1].offset or
+        ordered = records if type(records) is list else list(records)
+        if len(ordered) > 1 and any(ordered[i].offset > ordered[i + 1].offset or
                ordered[i].partition != ordered[i + 1].partition for i in range(len(ordered) - 1)):
-            ordered.sort(key=lambda r: (r.partition, r.offset))  # a shuffle's order: restore it
+            ordered = sorted(ordered, key=lambda r: (r.partition, r.offset))  # a shuffle's order
         out: list[OutputRecord] = []
         if aggregate_type is None or aggregate_id is None:
             for rec in ordered:
@@ -226,7 +226,10 @@ class AggregateStep:
                 return StepResult(None, decoded, out)
 
         current = state if state is not None else AggregateRecord()
-        seen = set(current.seen_command_ids())
+        # the dedup memory as one string: an id that is not a substring of it was not seen
+        # (the usual case, a C search); a set of them costs ~75 ns per remembered id
+        seen_ids = current.seen_ids
+        seen: set[str] | None = None
         # commands of process managers: recognised by their stream's mark, forever
         positions = current.stream_positions() if current.streams else None
         retrying = current.retrying_ids() if current.retrying else None
@@ -248,7 +251,8 @@ class AggregateStep:
                 out.append(self._dead_letter(rec, "envelope", "MalformedHeaderError",
                                              f"command id {cid!r} contains a NUL character"))
                 continue
-            if cid in seen or cid in batch_ids:
+            if cid in batch_ids or (cid in seen_ids and cid in (
+                    seen if seen is not None else (seen := set(current.seen_command_ids())))):
                 duplicates.append((env, cid))
                 continue
             derived = parse_derived_id(cid) if cid.startswith(DERIVED_PREFIX) else None
@@ -398,7 +402,7 @@ class AggregateStep:
                 snapshot = None if state_now is None else self.codec.encode(state_now)
                 agg_state = state_now
 
-        by_id = {s.command_id: s for s in [*(current.seen if duplicates else ()), *new_seen]}
+        by_id = {s.command_id: s for s in [*current.seen, *new_seen]} if duplicates else {}
         for dup_env, cid in duplicates:  # the first answer again, byte for byte
             first = by_id.get(cid)
             if first is None:  # the first has no answer yet (a transient failure): neither has it
