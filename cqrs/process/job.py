@@ -42,7 +42,6 @@ from cqrs.errors import CqrsError
 from cqrs.loops import LoopQuery
 from cqrs.process.reactor import Reactor, ReactorOutput, SourceEvent, process_manager_of
 from cqrs.processor.step import DLQ_PREFIX
-from cqrs.scheduler.records import stored_deadline
 from cqrs.topics import AppTopics, ensure_topics, topics_for
 
 if TYPE_CHECKING:
@@ -118,10 +117,11 @@ class ReactorRun:
         self.cfg = cfg
         self.app = app
         self.topics = topics
-        self.reactor = Reactor(app, process_manager_of(app, name))
         self._schemas = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas,
                                          cfg.kafka.client_options())
         self.codec = app.codec_for(self._schemas)
+        self.reactor = Reactor(app, process_manager_of(app, name), self.codec,
+                               cfg.kafka.max_record_bytes())
         self.producer = make_producer(cfg)
         self.wanted = frozenset(self.reactor.event_types)
         self.wanted_headers = frozenset(t.encode() for t in self.wanted)
@@ -155,8 +155,8 @@ class ReactorRun:
         instances = self.table.read(self.reactor.keys(sources)) if self.table is not None else {}
         out = self.reactor.run(sources, instances)
         self._deliver(out, unreadable)
-        if out.deadlines:  # after the commands, before the instances (a re-run writes them again)
-            self.deadlines().apply([stored_deadline(c, self.app.model.route, self.codec) for c in out.deadlines])
+        if out.stored_deadlines:  # after the commands, before the instances (a re-run writes them again)
+            self.deadlines().apply(out.stored_deadlines)
         if self.table is not None:
             self.table.write(out.instances)
         return BatchReport(len(sources), out.reacted, out.skipped, len(out.commands),
@@ -173,9 +173,8 @@ class ReactorRun:
 
     def _deliver(self, out: ReactorOutput, unreadable: list[tuple[tuple[Any, ...], Exception]]) -> None:
         produce = self.producer.produce
-        for c in out.commands:
-            key, value, headers = to_kafka(c.envelope, self.codec.encode(c.command))
-            produce(self.topics.commands, key=key, value=value, headers=headers or None)
+        for c in out.commands:  # command records carry their envelope in the value
+            produce(self.topics.commands, key=c.key, value=c.value)
         for o in out.outcomes:
             produce(self.topics.outcomes, key=o.correlation_id.encode(), value=self.codec.encode(o))
         name = self.reactor.pm.name

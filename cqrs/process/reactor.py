@@ -28,9 +28,11 @@ from cqrs.domain.messages import type_name
 from cqrs.domain.process import (
     ProcessManager, ReactionContext, ReactionRoute, derived_command_id, react,
 )
-from cqrs.envelope import Envelope
-from cqrs.errors import CqrsError
+from cqrs.config import DEFAULT_MAX_RECORD_BYTES
+from cqrs.envelope import Envelope, record_size, to_kafka
+from cqrs.errors import CqrsError, RecordTooLargeError
 from cqrs.results import ConversationOutcome
+from cqrs.scheduler.records import StoredDeadline, stored_deadline
 
 __all__ = [
     "Instance",
@@ -86,10 +88,13 @@ class Instance:
 
 @attrs.frozen(slots=True)
 class SentCommand:
-    """A command to send: its envelope (derived id, context) and the command."""
+    """A command to send: its envelope (derived id, context), the command, and the record the
+    commands topic takes (encoded and checked against the record limit when it was decided)."""
 
     envelope: Envelope
     command: Any
+    key: bytes = b""
+    value: bytes = b""
 
 
 @attrs.frozen(slots=True)
@@ -108,6 +113,7 @@ class ReactorOutput:
     outcomes: list[ConversationOutcome] = attrs.field(factory=list)
     failures: list[ReactionFailure] = attrs.field(factory=list)
     deadlines: list[DeadlineChange] = attrs.field(factory=list)  # scheduled and cancelled
+    stored_deadlines: list[StoredDeadline] = attrs.field(factory=list)  # the same, as stored
     instances: dict[str, Instance] = attrs.field(factory=dict)  # changed instances
     reacted: int = 0
     skipped: int = 0  # applied by the instance before
@@ -116,9 +122,18 @@ class ReactorOutput:
 class Reactor:
     """Runs one process manager of an app (see the module doc)."""
 
-    def __init__(self, app: App, pm: ProcessManager[Any]):
+    def __init__(self, app: App, pm: ProcessManager[Any], codec: Any = None,
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES):
+        """``codec``: what encodes the commands a reaction sends (default the app's; the job
+        passes the one bound to the schemas topic); ``max_record_bytes``: the largest record
+        it may send (:meth:`cqrs.config.KafkaSettings.max_record_bytes`). A reaction whose
+        command or deadline would be over it fails as a reaction that raised does, with
+        :class:`~cqrs.errors.RecordTooLargeError`: its event is dead-lettered, nothing of it
+        is sent, and the next events go on."""
         self.app = app
         self.pm = pm
+        self.codec = app.codec if codec is None else codec
+        self.max_record_bytes = max_record_bytes
         self.routes: dict[type, ReactionRoute] = {r.event_class: r for r in pm.routes()}
         self.stateful = pm.state_class() is not None
         self.completes_on = frozenset(pm.completes_on)
@@ -198,6 +213,8 @@ class Reactor:
                     now=ctx.timestamp, default_target=None, correlation_id=ctx.correlation_id,
                     causation_id=ctx.event_id, where=f"{type(self.pm).__qualname__}.{route.method_name}",
                 ) if later else ()
+                stored = [stored_deadline(d, self.app.model.route, self.codec, self.max_record_bytes)
+                          for d in deadlines]
             except Exception as exc:  # noqa: BLE001 - the user's code: the event is dead-lettered
                 out.failures.append(ReactionFailure(
                     src, type(exc).__qualname__, str(exc), traceback.format_exc(limit=20)))
@@ -205,6 +222,7 @@ class Reactor:
             out.reacted += 1
             out.commands.extend(commands)
             out.deadlines.extend(deadlines)
+            out.stored_deadlines.extend(stored)
             if new is not None:
                 current[new.key] = new
                 out.instances[new.key] = new
@@ -218,4 +236,11 @@ class Reactor:
             aggregate_id=send.aggregate_id, timestamp=ctx.timestamp,
             expected_version=send.expected_version, correlation_id=ctx.correlation_id,
             causation_id=ctx.event_id)
-        return SentCommand(env, send.command)
+        key, value, headers = to_kafka(env, self.codec.encode(send.command))
+        size = record_size(key, value, headers)
+        if size > self.max_record_bytes:
+            raise RecordTooLargeError(
+                f"it sends {env.message_type} to {send.aggregate_id!r} as a {size:,}-byte Kafka "
+                f"record, over the limit of {self.max_record_bytes:,} bytes: make the command "
+                "smaller (keep large data elsewhere and put a reference in it)")
+        return SentCommand(env, send.command, key, value)

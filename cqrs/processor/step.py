@@ -331,8 +331,15 @@ class AggregateStep:
                             if too_large is not None:
                                 break  # none of its records: decide again from before it
                         if outcome.deadlines:
-                            deadlines.extend(stored_deadline(c, self._route, self.codec)
-                                             for c in outcome.deadlines)
+                            try:
+                                stored = [stored_deadline(c, self._route, self.codec, limit)
+                                          for c in outcome.deadlines]
+                            except RecordTooLargeError as exc:
+                                if outcome.events:
+                                    del out[len(out) - len(outcome.events):]
+                                too_large = (p, f"{exc}{_OR_RAISE}")
+                                break  # none of its records: decide again from before it
+                            deadlines.extend(stored)
                     elif type(outcome) is Failed:
                         retry = self._retry(p, outcome)
                         letter = self._dead_letter(p.record, "handler", outcome.error_type,
@@ -365,8 +372,10 @@ class AggregateStep:
                             problem = self._oversized_result(result, result_bytes)
                             if problem is not None:
                                 if type(outcome) is Accepted:  # its events and deadlines are the last
-                                    del out[len(out) - len(outcome.events):]
-                                    del deadlines[len(deadlines) - len(outcome.deadlines):]
+                                    if outcome.events:
+                                        del out[len(out) - len(outcome.events):]
+                                    if outcome.deadlines:
+                                        del deadlines[len(deadlines) - len(outcome.deadlines):]
                                 too_large = (p, problem)
                                 break  # none of its records: decide again from before it
                     out.append(self._result_record(result, result_bytes, p.envelope))

@@ -12,7 +12,9 @@ import attrs
 
 from cqrs.domain.deadlines import DeadlineChange, due_ms_of
 from cqrs.domain.messages import type_name
-from cqrs.envelope import Envelope, to_kafka
+from cqrs.config import DEFAULT_MAX_RECORD_BYTES
+from cqrs.envelope import Envelope, record_size, to_kafka
+from cqrs.errors import RecordTooLargeError
 
 __all__ = ["StoredDeadline", "deadline_json", "stored_deadline"]
 
@@ -46,11 +48,17 @@ class StoredDeadline:
 
 
 
-def stored_deadline(change: DeadlineChange, route: Callable[[Any], Any], codec: Any) -> StoredDeadline:
+def stored_deadline(change: DeadlineChange, route: Callable[[Any], Any], codec: Any,
+                    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> StoredDeadline:
     """``change`` as stored: a cancellation, or a schedule with its command's record (the
     command addressed to ``change.target_id``, with the deadline's derived id, stamped with
     the due time and the scheduling command's correlation id). ``route``: the app model's
-    ``route`` (which aggregate type handles the command)."""
+    ``route`` (which aggregate type handles the command).
+
+    :class:`~cqrs.errors.RecordTooLargeError` when that record would be over
+    ``max_record_bytes``: it could never be sent, so the decision that schedules it fails now
+    (the step answers its command ``failed``, a process manager dead-letters its event) rather
+    than the scheduler failing at the due time, on every round."""
     if change.due is None:
         return StoredDeadline(change.owner, change.name, None)
     entry, _ = route(change.command)
@@ -62,6 +70,12 @@ def stored_deadline(change: DeadlineChange, route: Callable[[Any], Any], codec: 
         correlation_id=change.correlation_id, causation_id=change.causation_id)
     key, value, headers = to_kafka(env, codec.encode(change.command))
     assert not headers, "a command record carries its envelope in its value"
+    size = record_size(key, value, headers)
+    if size > max_record_bytes:
+        raise RecordTooLargeError(
+            f"deadline {change.name!r} of {change.owner!r} would send {type_name(change.command)} "
+            f"as a {size:,}-byte Kafka record, over the limit of {max_record_bytes:,} bytes: make "
+            "the command smaller (keep large data elsewhere and put a reference in it)")
     return StoredDeadline(change.owner, change.name, due_ms_of(change.due), entry.type_name,
                           change.target_id, cid, key, value, change.correlation_id,
                           type_name(change.command))

@@ -45,7 +45,7 @@ import attrs
 from cqrs.app import App
 from cqrs.client.encoding import encode_command
 from cqrs.deadletters import DeadLetter, parse_dead_letter
-from cqrs.envelope import from_kafka, to_kafka
+from cqrs.envelope import from_kafka
 from cqrs.history import HistoryReader, MemoryHistoryTable, rows_from_records
 from cqrs.kafka_io import KafkaRecord
 from cqrs.process.reactor import Instance, Reactor, SourceEvent
@@ -53,7 +53,6 @@ from cqrs.processor.partition import group_by_aggregate
 from cqrs.processor.step import UNDECODED, AggregateStep, DedupPolicy, OutputRecord
 from cqrs.results import AggregateRecord, CommandResult, ConversationOutcome
 from cqrs.retrier.plan import WAITING, classify, due_ms, redelivery
-from cqrs.scheduler.records import stored_deadline
 from cqrs.testing.deadlines import PendingDeadlines, advance_clock, aware
 from cqrs.topics import topics_for
 
@@ -370,13 +369,11 @@ class LocalRunner:
         instances = self._instances[name]
         out = reactor.run(sources, {k: instances.get(k) for k in reactor.keys(sources)})
         for c in out.commands:
-            k, v, h = to_kafka(c.envelope, self.codec.encode(c.command))
-            self._produce_command(k, v, list(h))
+            self._produce_command(c.key, c.value, ())
         for o in out.outcomes:
             self.outcomes.setdefault(o.correlation_id, o)
         self.reaction_failures.extend(out.failures)  # the real job dead-letters them
-        self.deadlines.apply([stored_deadline(d, self.app.model.route, self.codec)
-                              for d in out.deadlines])
+        self.deadlines.apply(out.stored_deadlines)
         for k, inst in out.instances.items():
             instances[k] = inst
 

@@ -270,6 +270,42 @@ def test_an_instance_skips_an_event_it_applied_and_a_failure_is_reported() -> No
     assert out.commands == []
 
 
+def test_a_reaction_whose_command_or_deadline_is_over_the_record_limit_fails_alone() -> None:
+    """A command (or a deadline's command) too large for Kafka would fail the job's send on
+    every restart: the reaction fails instead, its event dead-lettered; the next events go on."""
+    from cqrs.domain import Schedule
+
+    class Chatty(ProcessManager):
+        def requested(self, event: LoanRequested, ctx: ReactionContext) -> list:
+            if event.member_id == "big":
+                return [Send("m", ReserveLoanSlot(book_id="b" * 2_000))]
+            if event.member_id == "later":
+                return [Schedule(ReserveLoanSlot(book_id="b" * 2_000), to="m",
+                                 after=dt.timedelta(minutes=1))]
+            return [Send(event.member_id, ReserveLoanSlot(book_id=ctx.aggregate_id)),
+                    Schedule(ReserveLoanSlot(book_id=ctx.aggregate_id), to=event.member_id,
+                             after=dt.timedelta(minutes=1))]
+
+    chatty = App("chatty", aggregates=[a.aggregate_class for a in app.model.aggregates.values()],
+                 handlers=[type(r.handler) for e in app.model.aggregates.values()
+                           for r in list(e.routes.values())[:1]], process_managers=[Chatty])
+    kit = ProcessTest(chatty, Chatty)
+    sources = [kit.source(LoanRequested(m), aggregate_id=f"b{i}", version=1)
+               for i, m in enumerate(["big", "ann", "later", "bob"])]
+    out = Reactor(chatty, chatty.process_managers[0], max_record_bytes=1_000).run(sources, {})
+    assert [f.source.envelope.aggregate_id for f in out.failures] == ["b0", "b2"]
+    assert {f.error_type for f in out.failures} == {"RecordTooLargeError"}
+    assert "over the limit of 1,000 bytes" in out.failures[0].message
+    assert "deadline" in out.failures[1].message
+    assert [c.envelope.aggregate_id for c in out.commands] == ["ann", "bob"]
+    assert [d.target_id for d in out.stored_deadlines] == ["ann", "bob"]
+    for c in out.commands:  # the records it encoded are the ones a consumer reads back
+        from cqrs.envelope import from_kafka
+
+        env, payload = from_kafka(c.key, c.value, [])
+        assert env == c.envelope and chatty.codec.decode(payload) == c.command
+
+
 # --- the processor recognises derived ids forever ------------------------------------------------
 
 TOPICS = topics_for("lending")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from cqrs.app import App
 from cqrs.client import encode_command
-from cqrs.domain import Aggregate, CommandHandler, Event, Rejected, command, event
+from cqrs.domain import Aggregate, CommandHandler, Event, Rejected, Schedule, command, event
 from cqrs.envelope import MAX_STATE_KEY_BYTES, from_kafka, record_size, to_kafka
 from cqrs.errors import MalformedHeaderError
 from cqrs.processor import AggregateStep, DedupPolicy, InputRecord, OutputRecord
@@ -302,6 +303,13 @@ class Refuse:
     text: str
 
 
+@command(name="limits.WriteLater")
+class WriteLater:
+    """Write "x" now and ``text`` in a minute (a deadline whose command is as large as text)."""
+
+    text: str
+
+
 @event(name="limits.Written")
 class Written:
     text: str
@@ -332,6 +340,9 @@ class PadHandler(CommandHandler[Pad]):
 
     def tick(self, pad: Pad, cmd: Tick) -> list[Event]:
         return [Ticked(i) for i in range(cmd.n)]
+
+    def write_later(self, pad: Pad, cmd: WriteLater) -> list[Any]:
+        return [Written("x"), Schedule(Write(cmd.text), after=dt.timedelta(minutes=1))]
 
     def crash(self, pad: Pad, cmd: Crash) -> list[Event]:
         raise RuntimeError(cmd.text)
@@ -391,6 +402,24 @@ def test_a_command_whose_event_is_over_the_record_limit_fails_and_writes_nothing
     assert state.seen_command_ids() == ["c1", "c2", "c3"]  # a resend gets the same answer
     _, again = _limited().run(PAD, "pad-1", state, [_pad_record(Blow(LIMIT), 9, cid="c2")])
     assert [r.value for r in again] == [r.value for r in _by_topic(out, TOPICS.results)[1:2]]
+
+
+def test_a_command_whose_deadline_is_over_the_record_limit_fails_and_writes_nothing() -> None:
+    """The deadline's command is stored to be sent later: one over the record limit could never
+    be sent (the scheduler would fail on it every round), so its command fails now."""
+    result = _limited().apply(PAD, "pad-1", None, [
+        _pad_record(WriteLater("small"), 1), _pad_record(WriteLater("b" * LIMIT), 2),
+        _pad_record(Write("after"), 3)])
+    _fits(result.out)
+    results = [LIMITS_APP.codec.decode(r.value) for r in _by_topic(result.out, TOPICS.results)]
+    assert [(r.status, r.version) for r in results] == [("accepted", 1), ("failed", 1), ("accepted", 2)]
+    assert results[1].error_type == "RecordTooLargeError"
+    assert "deadline 'limits.Write'" in (results[1].message or "") and "4,000 bytes" in results[1].message
+    assert [LIMITS_APP.codec.decode(e.value) for e in _by_topic(result.out, TOPICS.events)] == [
+        Written("x"), Written("after")]
+    (kept,) = result.deadlines  # the first command's: the second's is not stored
+    _, payload = from_kafka(kept.key, kept.value, [])
+    assert LIMITS_APP.codec.decode(payload) == Write("small") and kept.due_ms is not None
 
 
 def test_a_command_whose_result_is_over_the_record_limit_fails_and_writes_nothing() -> None:
