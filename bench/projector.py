@@ -106,7 +106,7 @@ def steady(spark: object, base: CqrsConfig, events: int, accounts: int) -> None:
     print(f"RESULT steady stream into Cassandra: {n:,} events in {seconds:.1f} s = "
           f"{n / seconds:,.0f} events/s (excluding the first batch; total incl. start-up "
           f"{time.monotonic() - started:.1f} s)", flush=True)
-    cached_store(cfg)._session.execute(f"DROP KEYSPACE IF EXISTS {cfg.cassandra.keyspace}")  # type: ignore[attr-defined]
+    cached_store(cfg).drop_keyspace()  # type: ignore[attr-defined]
 
 
 def rebuild(spark: object, base: CqrsConfig, events: int, accounts: int) -> None:
@@ -117,7 +117,7 @@ def rebuild(spark: object, base: CqrsConfig, events: int, accounts: int) -> None
                                 report=lambda m: print("  " + m, flush=True))
     print(f"RESULT rebuild of {report.events:,} events: {report.seconds:.1f} s "
           f"({report.events / report.seconds:,.0f} events/s)", flush=True)
-    cached_store(cfg)._session.execute(f"DROP KEYSPACE IF EXISTS {cfg.cassandra.keyspace}")  # type: ignore[attr-defined]
+    cached_store(cfg).drop_keyspace()  # type: ignore[attr-defined]
 
 
 def main() -> None:

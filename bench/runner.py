@@ -66,19 +66,25 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--aggregates", type=int, nargs="+", default=[1000])
     parser.add_argument("--commands", type=int, default=100_000)
+    parser.add_argument("--no-peer", action="store_true",
+                        help="the runner alone (the peer needs pip install -e '.[bench]')")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="folder of the JSON results")
     args = parser.parse_args(argv)
     rows = []
     for n in args.aggregates:
         load = [round(x, 2) for x in os.getloadavg()]
         print(f"\n== {n:,} aggregates, {args.commands:,} deposits (load average {load})", flush=True)
-        for row in (run_runner(n, args.commands, False), run_runner(n, args.commands, True),
-                    run_peer_process("popo", n, args.commands)):
+        runs = [lambda: run_runner(n, args.commands, False), lambda: run_runner(n, args.commands, True)]
+        if not args.no_peer:
+            runs.append(lambda: run_peer_process("popo", n, args.commands))
+        for run in runs:
+            row = run()
             row["load"] = load
             rows.append(row)
             print(f"  {row['system']:<26} {row['commands_per_s']:>8,}/s  ({row['seconds']:.1f} s)",
                   flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"runner-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    args.results.mkdir(parents=True, exist_ok=True)
+    out = args.results / f"runner-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps({"meta": {"bench": "runner", "argv": sys.argv[1:],
                                         "machine": platform.node(), "cpus": os.cpu_count()},
                                "rows": rows}, indent=1))
