@@ -7,6 +7,9 @@
    snapshot (trigger availableNow): it also leaves the checkpoint a running projector continues;
 4. switch readers: one metadata write makes ``n + 1`` current (running projectors follow);
 5. after a grace period, drop generation ``n``'s tables (``[projections] drop_old_generation``).
+
+A rebuild is refused before step 1 when the app's classes cannot read the stored schemas (the
+processor's check): it would dead-letter every event it cannot read.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from cqrs.loading import load_app
 from cqrs.topics import topics_for
 from projections.apply import BatchStats
 from projections.errors import GenerationError
-from projections.job import ProjectorOptions, apply_frame, checkpoint_for, event_frame, start_projector
+from projections.job import (
+    ProjectorOptions, apply_frame, check_schemas, checkpoint_for, event_frame, start_projector,
+)
 from projections.model import find_projection
 from projections.positions import topic_offsets
 from projections.records import Generations
@@ -62,7 +67,8 @@ def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name:
     store = cached_store(cfg)
     base = table_base(app.name, name)
     prefix = cfg.kafka.topic_prefix if topic_prefix is None else topic_prefix
-    events_topic = topics_for(app.name, prefix).events
+    topics = topics_for(app.name, prefix)
+    events_topic = topics.events
     gens = store.generations(base)
     if gens.building is not None and not force:
         raise GenerationError(
@@ -70,6 +76,7 @@ def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name:
             "interrupted; wait for it, or pass --force to start over with a new generation"
         )
     old = gens.current
+    check_schemas(cfg, topics, app, f"not rebuilding {app.name}/{name} ({_readers_on(old)})")
     new = max(old or 0, gens.building or 0) + 1
     store.ensure_generation(projection, base, new)
     store.set_generations(base, Generations(old, new))
@@ -123,3 +130,8 @@ def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name:
             shutil.rmtree(old_checkpoint, ignore_errors=True)
         report(f"dropped generation {old}")
     return RebuildReport(name, old, new, done.events, seconds, bool(drop and old is not None))
+
+
+def _readers_on(generation: int | None) -> str:
+    return (f"readers stay on generation {generation}" if generation is not None
+            else "readers have no generation yet")
