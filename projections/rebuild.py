@@ -8,8 +8,10 @@
 4. switch readers: one metadata write makes ``n + 1`` current (running projectors follow);
 5. after a grace period, drop generation ``n``'s tables (``[projections] drop_old_generation``).
 
-A rebuild is refused before step 1 when the app's classes cannot read the stored schemas (the
-processor's check): it would dead-letter every event it cannot read.
+A rebuild cannot destroy the generation readers use: it is refused before step 1 when the app's
+classes cannot read the stored schemas (the processor's check), and when steps 2-3 dead-lettered
+events it stops before step 4 (:class:`~projections.errors.RebuildDeadLettersError`; readers
+stay on ``n``, nothing is dropped) unless ``allow_dead_letters``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from cqrs.config import CqrsConfig
 from cqrs.loading import load_app
 from cqrs.topics import topics_for
 from projections.apply import BatchStats
-from projections.errors import GenerationError
+from projections.errors import GenerationError, RebuildDeadLettersError
 from projections.job import (
     ProjectorOptions, apply_frame, check_schemas, checkpoint_for, event_frame, start_projector,
 )
@@ -53,6 +55,7 @@ class RebuildReport:
     events: int
     seconds: float
     dropped_old: bool
+    dead_letters: int = 0  # events dead-lettered into the new generation (allow_dead_letters)
 
 
 def _offsets_json(topic: str, offsets: dict[int, int]) -> str:
@@ -61,7 +64,11 @@ def _offsets_json(topic: str, offsets: dict[int, int]) -> str:
 
 def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name: str, *,
                        report: Report = print, drop_old: bool | None = None,
-                       topic_prefix: str | None = None, force: bool = False) -> RebuildReport:
+                       topic_prefix: str | None = None, force: bool = False,
+                       allow_dead_letters: bool = False) -> RebuildReport:
+    """Rebuild projection ``name`` of the app ``app_ref`` into a new generation (see the module
+    doc). ``allow_dead_letters``: switch readers to it (and drop the old one) even when events
+    were dead-lettered into it; otherwise that raises :class:`RebuildDeadLettersError`."""
     app = load_app(app_ref)
     projection = find_projection(app, name)
     store = cached_store(cfg)
@@ -116,11 +123,15 @@ def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name:
     query.awaitTermination()
     if query.exception() is not None:
         raise GenerationError(f"catching up generation {new} failed: {query.exception()}")
+    if done.dead_letters and not allow_dead_letters:
+        raise RebuildDeadLettersError(app_ref, app.name, name, new, old, done.dead_letters,
+                                      done.events)
 
     store.set_generations(base, Generations(new, None))
     seconds = time.monotonic() - started
-    report(f"switched readers of {name!r} to generation {new}: {done.events:,} events in "
-           f"{seconds:,.1f} s ({done.events / max(seconds, 1e-6):,.0f} events/s)")
+    with_letters = f", {done.dead_letters:,} of them dead-lettered" if done.dead_letters else ""
+    report(f"switched readers of {name!r} to generation {new}: {done.events:,} events"
+           f"{with_letters} in {seconds:,.1f} s ({done.events / max(seconds, 1e-6):,.0f} events/s)")
     drop = cfg.projections.drop_old_generation if drop_old is None else drop_old
     if drop and old is not None:
         time.sleep(cfg.projections.drop_grace_s)  # readers and projectors move over first
@@ -129,7 +140,8 @@ def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name:
         if Path(old_checkpoint).exists():
             shutil.rmtree(old_checkpoint, ignore_errors=True)
         report(f"dropped generation {old}")
-    return RebuildReport(name, old, new, done.events, seconds, bool(drop and old is not None))
+    return RebuildReport(name, old, new, done.events, seconds, bool(drop and old is not None),
+                         done.dead_letters)
 
 
 def _readers_on(generation: int | None) -> str:
