@@ -100,12 +100,23 @@ class _WorkerContext:
 
         if self._producer is None:
             self._producer = make_producer(self.cfg)
+        failed: list[Any] = []  # a failed delivery leaves flush nothing to wait for
+
+        def delivered(error: Any, _: Any) -> None:
+            if error is not None:
+                failed.append(error)
+
         for dl in letters:
             key, value, headers = to_dlq_record(self.projection.name, dl)
-            self._producer.produce(self.dlq_topic, key=key, value=value, headers=headers)
-        if self._producer.flush(60) != 0:
+            self._producer.produce(self.dlq_topic, key=key, value=value, headers=headers,
+                                   on_delivery=delivered)
+        left = self._producer.flush(60)
+        if left or failed:
+            why = f"Kafka refused {len(failed)}: {failed[0]}" if failed else f"{left} not sent in 60 s"
             raise ProjectionStoreError(
-                f"could not write {len(letters)} dead letters to {self.dlq_topic!r} in 60 s")
+                f"could not write {len(letters)} dead letters to {self.dlq_topic!r} ({why}): the "
+                "batch fails rather than park views without their letters; check the topic and "
+                "the brokers")
 
 
 def _context(cfg: CqrsConfig, opts: ProjectorOptions) -> _WorkerContext:

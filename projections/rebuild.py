@@ -29,6 +29,7 @@ from cqrs.config import CqrsConfig
 from cqrs.loading import load_app
 from cqrs.topics import topics_for
 from projections.apply import BatchStats
+from projections.dlq import dead_letter_topic, ensure_dead_letter_topic
 from projections.errors import GenerationError, RebuildDeadLettersError
 from projections.job import (
     ProjectorOptions, apply_frame, check_schemas, checkpoint_for, event_frame, start_projector,
@@ -90,6 +91,8 @@ def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name:
     report(f"rebuilding {app.name}/{name} into generation {new} (readers stay on {old})")
 
     started = time.monotonic()
+    # the batch jobs write dead letters too: to a topic the projector may never have created
+    ensure_dead_letter_topic(cfg, dead_letter_topic(app.name, prefix))
     ends = topic_offsets(cfg, events_topic)
     position = {p: low for p, (low, _) in ends.items()}
     end = {p: high for p, (_, high) in ends.items()}

@@ -34,6 +34,7 @@ from cqrs.kafka_io import make_producer, read_to_end
 from cqrs.testing.example import AccountOpened, Deposited
 from cqrs.topics import AppTopics, ensure_topics, topics_for
 from projections import ProjectionReader
+from projections.dlq import dead_letter_topic, read_dead_letters
 from projections.errors import GenerationError
 from projections.local import LocalProjector
 from projections.rebuild import rebuild_projection
@@ -180,6 +181,9 @@ def test_a_rebuild_that_dead_letters_does_not_switch_unless_allowed(
     assert f"cqrs rebuild {APP_REF} balances --force --allow-dead-letters" in said, said
     assert log.store.generations(BASE) == Generations(1, 2)
     assert log.balances() == BALANCES  # generation 1, whole
+    letters = read_dead_letters(log.cfg, dead_letter_topic(app.name, log.cfg.kafka.topic_prefix))
+    assert [(e.projection, e.letter.record.aggregate_id) for e in letters] == [
+        ("balances", "acc-corrupt")]  # written although no projector had made the topic
 
     with pytest.raises(GenerationError, match="pass --force"):  # generation 2 stays recorded
         rebuild_projection(spark, log.cfg, APP_REF, "balances", report=lambda _: None)

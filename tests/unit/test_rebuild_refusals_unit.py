@@ -126,3 +126,40 @@ def test_rebuild_takes_allow_dead_letters() -> None:
     parser = build_parser()
     assert not parser.parse_args(["rebuild", "m:app", "balances"]).allow_dead_letters
     assert parser.parse_args(["rebuild", "m:app", "balances", "--allow-dead-letters"]).allow_dead_letters
+
+
+class _Producer:
+    """Calls each delivery callback with ``error`` at flush, as librdkafka does for a record of a
+    topic that does not exist (after 30 s): nothing is left to flush."""
+
+    def __init__(self, error: Any) -> None:
+        self.error = error
+        self.callbacks: list[Any] = []
+
+    def produce(self, topic: str, *, key: bytes, value: bytes, headers: Any,
+                on_delivery: Any) -> None:
+        self.callbacks.append(on_delivery)
+
+    def flush(self, timeout: float) -> int:
+        for callback in self.callbacks:
+            callback(self.error, None)
+        self.callbacks = []
+        return 0
+
+
+def test_a_dead_letter_kafka_refused_fails_the_batch_instead_of_being_lost() -> None:
+    from projections.errors import ProjectionStoreError
+    from projections.job import _WorkerContext
+    from projections.records import DeadLetter, EventRecord
+    from projections.testing import Balances
+
+    ctx = _WorkerContext.__new__(_WorkerContext)  # no Kafka, no Cassandra: just its sender
+    ctx.projection, ctx.dlq_topic = Balances(), "bank.projection-dead-letters"
+    letter = DeadLetter(EventRecord("acc-1", "example.bank.Account", "example.bank.Deposited", 2,
+                                    b"x", "2026-06-01T00:00:00+00:00", 0, 7), "handler", "boom", 2)
+    ctx._producer = _Producer(None)
+    ctx.send_dead_letters([letter])  # delivered
+    ctx._producer = _Producer("UNKNOWN_TOPIC_OR_PART")
+    with pytest.raises(ProjectionStoreError, match=r"could not write 1 dead letters to "
+                       r"'bank.projection-dead-letters' \(Kafka refused 1: UNKNOWN_TOPIC_OR_PART\)"):
+        ctx.send_dead_letters([letter])
