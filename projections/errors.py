@@ -12,6 +12,7 @@ __all__ = [
     "ProjectionDefinitionError",
     "ProjectionError",
     "ProjectionStoreError",
+    "RebuildDeadLettersError",
     "UnknownProjectionError",
     "ViewKeyError",
     "WaitTimeoutError",
@@ -41,6 +42,32 @@ class ProjectionStoreError(ProjectionError, RuntimeError):
 
 class GenerationError(ProjectionError, RuntimeError):
     """A projection has no current generation (never run), or a rebuild is already under way."""
+
+
+class RebuildDeadLettersError(ProjectionError, RuntimeError):
+    """A rebuild dead-lettered events into its new generation, so it did not switch readers to
+    it nor drop the one they use (``allow_dead_letters=True``, ``cqrs rebuild
+    --allow-dead-letters``, switches anyway). The new generation is left as built, recorded as
+    building: the next rebuild needs ``--force`` and starts over in a generation of its own."""
+
+    def __init__(self, app_ref: str, app_name: str, projection: str, generation: int,
+                 readers_on: int | None, dead_letters: int, events: int) -> None:
+        readers = (f"readers stay on generation {readers_on} and it was not dropped"
+                   if readers_on is not None else "readers still have no generation")
+        again = f"cqrs rebuild {app_ref} {projection} --force"
+        super().__init__(
+            f"the rebuild of {app_name}/{projection} dead-lettered {dead_letters:,} of "
+            f"{events:,} events into generation {generation}, so it did not switch: {readers} "
+            f"(generation {generation} is left as built). See why with `cqrs projections dlq "
+            f"{app_ref} list --projection {projection}`; fix the projection (a handler, an "
+            f"upcaster) and run `{again}`, or accept a generation that lacks those events with "
+            f"`{again} --allow-dead-letters`"
+        )
+        self.projection = projection
+        self.generation = generation
+        self.readers_on = readers_on
+        self.dead_letters = dead_letters
+        self.events = events
 
 
 class PageTokenError(ProjectionError, ValueError):

@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from cqrs.config import CqrsConfig, cache_key
-from cqrs.processor.job import header_expr
+from cqrs.errors import IncompatibleSchemaError
+from cqrs.processor.job import check_app_schemas, header_expr
 from cqrs.spark_session import with_trigger
-from cqrs.topics import topics_for
+from cqrs.topics import AppTopics, topics_for
 from projections.apply import BatchStats, Target, apply_batch
 from projections.dlq import dead_letter_topic, ensure_dead_letter_topic, to_dlq_record
 from projections.dlq_retry import Parking, ProjectionRetrier, RoundStats, parkings_of
@@ -40,10 +41,13 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from cqrs.app import App
+
 __all__ = [
     "ProjectorOptions",
     "apply_frame",
     "apply_frame_parking",
+    "check_schemas",
     "checkpoint_for",
     "event_frame",
     "start_projector",
@@ -96,12 +100,23 @@ class _WorkerContext:
 
         if self._producer is None:
             self._producer = make_producer(self.cfg)
+        failed: list[Any] = []  # a failed delivery leaves flush nothing to wait for
+
+        def delivered(error: Any, _: Any) -> None:
+            if error is not None:
+                failed.append(error)
+
         for dl in letters:
             key, value, headers = to_dlq_record(self.projection.name, dl)
-            self._producer.produce(self.dlq_topic, key=key, value=value, headers=headers)
-        if self._producer.flush(60) != 0:
+            self._producer.produce(self.dlq_topic, key=key, value=value, headers=headers,
+                                   on_delivery=delivered)
+        left = self._producer.flush(60)
+        if left or failed:
+            why = f"Kafka refused {len(failed)}: {failed[0]}" if failed else f"{left} not sent in 60 s"
             raise ProjectionStoreError(
-                f"could not write {len(letters)} dead letters to {self.dlq_topic!r} in 60 s")
+                f"could not write {len(letters)} dead letters to {self.dlq_topic!r} ({why}): the "
+                "batch fails rather than park views without their letters; check the topic and "
+                "the brokers")
 
 
 def _context(cfg: CqrsConfig, opts: ProjectorOptions) -> _WorkerContext:
@@ -225,6 +240,17 @@ def apply_frame_parking(frame: DataFrame, cfg: CqrsConfig, opts: ProjectorOption
     return total, parked
 
 
+def check_schemas(cfg: CqrsConfig, topics: AppTopics, app: App, refused: str) -> None:
+    """The processor's schema check (:func:`cqrs.processor.job.check_app_schemas`) before a
+    projector or a rebuild starts: events the app's classes cannot read would all be
+    dead-lettered. Its :class:`~cqrs.errors.IncompatibleSchemaError` says first what was
+    ``refused`` (e.g. "the projector of bank/balances cannot start")."""
+    try:
+        check_app_schemas(cfg, topics, app)
+    except IncompatibleSchemaError as exc:
+        raise IncompatibleSchemaError(f"{refused}: {exc}") from exc
+
+
 def start_projector(spark: SparkSession, cfg: CqrsConfig, opts: ProjectorOptions,
                     generation: int, *, available_now: bool = False,
                     starting_offsets: str = "earliest",
@@ -232,13 +258,15 @@ def start_projector(spark: SparkSession, cfg: CqrsConfig, opts: ProjectorOptions
                     on_retry_round: Callable[[RoundStats], None] | None = None) -> StreamingQuery:
     """Start the streaming query of one projection generation (its tables must exist); unless
     ``available_now``, with the timer that retries its parked views (``on_retry_round``: called
-    after each round of it)."""
+    after each round of it). Refused (:class:`~cqrs.errors.IncompatibleSchemaError`) when the
+    app's classes cannot read the stored schemas (:func:`check_schemas`)."""
     from cqrs.loading import load_app
     from projections.model import find_projection
 
     app = load_app(opts.app_ref)
     prefix = cfg.kafka.topic_prefix if opts.topic_prefix is None else opts.topic_prefix
     topics = topics_for(app.name, prefix)
+    check_schemas(cfg, topics, app, f"the projector of {app.name}/{opts.projection} cannot start")
     dlq_topic = dead_letter_topic(app.name, prefix)
     ensure_dead_letter_topic(cfg, dlq_topic)
     base = table_base(app.name, opts.projection)

@@ -7,6 +7,11 @@
    snapshot (trigger availableNow): it also leaves the checkpoint a running projector continues;
 4. switch readers: one metadata write makes ``n + 1`` current (running projectors follow);
 5. after a grace period, drop generation ``n``'s tables (``[projections] drop_old_generation``).
+
+A rebuild cannot destroy the generation readers use: it is refused before step 1 when the app's
+classes cannot read the stored schemas (the processor's check), and when steps 2-3 dead-lettered
+events it stops before step 4 (:class:`~projections.errors.RebuildDeadLettersError`; readers
+stay on ``n``, nothing is dropped) unless ``allow_dead_letters``.
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ from cqrs.config import CqrsConfig
 from cqrs.loading import load_app
 from cqrs.topics import topics_for
 from projections.apply import BatchStats
-from projections.errors import GenerationError
-from projections.job import ProjectorOptions, apply_frame, checkpoint_for, event_frame, start_projector
+from projections.dlq import dead_letter_topic, ensure_dead_letter_topic
+from projections.errors import GenerationError, RebuildDeadLettersError
+from projections.job import (
+    ProjectorOptions, apply_frame, check_schemas, checkpoint_for, event_frame, start_projector,
+)
 from projections.model import find_projection
 from projections.positions import topic_offsets
 from projections.records import Generations
@@ -48,6 +56,7 @@ class RebuildReport:
     events: int
     seconds: float
     dropped_old: bool
+    dead_letters: int = 0  # events dead-lettered into the new generation (allow_dead_letters)
 
 
 def _offsets_json(topic: str, offsets: dict[int, int]) -> str:
@@ -56,13 +65,18 @@ def _offsets_json(topic: str, offsets: dict[int, int]) -> str:
 
 def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name: str, *,
                        report: Report = print, drop_old: bool | None = None,
-                       topic_prefix: str | None = None, force: bool = False) -> RebuildReport:
+                       topic_prefix: str | None = None, force: bool = False,
+                       allow_dead_letters: bool = False) -> RebuildReport:
+    """Rebuild projection ``name`` of the app ``app_ref`` into a new generation (see the module
+    doc). ``allow_dead_letters``: switch readers to it (and drop the old one) even when events
+    were dead-lettered into it; otherwise that raises :class:`RebuildDeadLettersError`."""
     app = load_app(app_ref)
     projection = find_projection(app, name)
     store = cached_store(cfg)
     base = table_base(app.name, name)
     prefix = cfg.kafka.topic_prefix if topic_prefix is None else topic_prefix
-    events_topic = topics_for(app.name, prefix).events
+    topics = topics_for(app.name, prefix)
+    events_topic = topics.events
     gens = store.generations(base)
     if gens.building is not None and not force:
         raise GenerationError(
@@ -70,12 +84,15 @@ def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name:
             "interrupted; wait for it, or pass --force to start over with a new generation"
         )
     old = gens.current
+    check_schemas(cfg, topics, app, f"not rebuilding {app.name}/{name} ({_readers_on(old)})")
     new = max(old or 0, gens.building or 0) + 1
     store.ensure_generation(projection, base, new)
     store.set_generations(base, Generations(old, new))
     report(f"rebuilding {app.name}/{name} into generation {new} (readers stay on {old})")
 
     started = time.monotonic()
+    # the batch jobs write dead letters too: to a topic the projector may never have created
+    ensure_dead_letter_topic(cfg, dead_letter_topic(app.name, prefix))
     ends = topic_offsets(cfg, events_topic)
     position = {p: low for p, (low, _) in ends.items()}
     end = {p: high for p, (_, high) in ends.items()}
@@ -109,11 +126,15 @@ def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name:
     query.awaitTermination()
     if query.exception() is not None:
         raise GenerationError(f"catching up generation {new} failed: {query.exception()}")
+    if done.dead_letters and not allow_dead_letters:
+        raise RebuildDeadLettersError(app_ref, app.name, name, new, old, done.dead_letters,
+                                      done.events)
 
     store.set_generations(base, Generations(new, None))
     seconds = time.monotonic() - started
-    report(f"switched readers of {name!r} to generation {new}: {done.events:,} events in "
-           f"{seconds:,.1f} s ({done.events / max(seconds, 1e-6):,.0f} events/s)")
+    with_letters = f", {done.dead_letters:,} of them dead-lettered" if done.dead_letters else ""
+    report(f"switched readers of {name!r} to generation {new}: {done.events:,} events"
+           f"{with_letters} in {seconds:,.1f} s ({done.events / max(seconds, 1e-6):,.0f} events/s)")
     drop = cfg.projections.drop_old_generation if drop_old is None else drop_old
     if drop and old is not None:
         time.sleep(cfg.projections.drop_grace_s)  # readers and projectors move over first
@@ -122,4 +143,10 @@ def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name:
         if Path(old_checkpoint).exists():
             shutil.rmtree(old_checkpoint, ignore_errors=True)
         report(f"dropped generation {old}")
-    return RebuildReport(name, old, new, done.events, seconds, bool(drop and old is not None))
+    return RebuildReport(name, old, new, done.events, seconds, bool(drop and old is not None),
+                         done.dead_letters)
+
+
+def _readers_on(generation: int | None) -> str:
+    return (f"readers stay on generation {generation}" if generation is not None
+            else "readers have no generation yet")

@@ -24,8 +24,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
         description="Each part is its own streaming query on its usual checkpoint (switching "
         "between this and the separate `run processor` / `run projector` is safe while the "
         "other is stopped); a query that fails is restarted after a back-off "
-        "([metrics] restart_backoff_s, doubling), the others keep running. Serves /metrics, "
-        "/status.json and a status page on [metrics] host:port.")
+        "([metrics] restart_backoff_s, doubling), the others keep running; one refused because "
+        "the app's classes cannot read the stored schemas is not restarted (state 'refused'). "
+        "Serves /metrics, /status.json and a status page on [metrics] host:port.")
     run_app.add_argument("app", help="the App, as module:attribute (e.g. domain_examples.bank:app)")
     run_app.add_argument("--trigger", default=None, metavar="INTERVAL",
                          help="micro-batch interval of every query, e.g. '1 second' "

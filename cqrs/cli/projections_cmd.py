@@ -48,12 +48,18 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     rebuild = commands.add_parser(
         "rebuild", help="rebuild a projection from the event log into a new generation",
         description="Replays the events topic into new tables while readers use the current "
-        "ones, then switches readers atomically and drops the old tables.")
+        "ones, then switches readers atomically and drops the old tables. Refused before it "
+        "starts when the app's classes cannot read the stored schemas; when events were "
+        "dead-lettered into the new tables it does not switch (readers stay, nothing is "
+        "dropped) and exits 2, unless --allow-dead-letters.")
     rebuild.add_argument("app", help=_APP_HELP)
     rebuild.add_argument("projection", help="the projection's name")
     rebuild.add_argument("--keep-old", action="store_true", help="do not drop the old generation")
     rebuild.add_argument("--force", action="store_true",
                          help="start over although a rebuild is recorded as under way")
+    rebuild.add_argument("--allow-dead-letters", action="store_true",
+                         help="switch readers to the new generation (and drop the old one) even "
+                         "if events were dead-lettered while it was built")
     rebuild.set_defaults(run=_run_rebuild)
 
 
@@ -239,5 +245,6 @@ def _run_rebuild(cfg: CqrsConfig, args: argparse.Namespace) -> int:
 
     spark = spark_session(cfg, f"cqrs-rebuild-{args.projection}")
     rebuild_projection(spark, cfg, args.app, args.projection, drop_old=not args.keep_old and None,
-                       force=args.force, report=lambda m: print(m, flush=True))
+                       force=args.force, allow_dead_letters=args.allow_dead_letters,
+                       report=lambda m: print(m, flush=True))
     return 0

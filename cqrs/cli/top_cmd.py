@@ -19,7 +19,7 @@ BLOCKS = "▁▂▃▄▅▆▇█"
 CLEAR = "\x1b[H\x1b[2J"
 BOLD, DIM, RESET = "\x1b[1m", "\x1b[2m", "\x1b[0m"
 STATE_COLOURS = {"active": "\x1b[32m", "starting": "\x1b[33m", "restarting": "\x1b[33m",
-                 "failed": "\x1b[31m", "stopped": "\x1b[31m"}
+                 "failed": "\x1b[31m", "stopped": "\x1b[31m", "refused": "\x1b[31m"}
 COUNTERS = (("commands_in", "commands in"), ("accepted", "accepted"), ("rejected", "rejected"),
             ("failed", "failed"), ("events_out", "events out"),
             ("commands_skipped", "already applied"), ("dead_letters_written", "dead letters"))

@@ -62,7 +62,8 @@ class QueryFigures:
     name: str  # stable across restarts: "processor", "projector:balances"
     kind: str  # processor | projector
     input_topic: str
-    state: str = "starting"  # starting | active | restarting | failed | stopped
+    # starting | active | restarting | refused (not restarted: see supervisor.refusal) | stopped
+    state: str = "starting"
     # this run is past initialising its sources: it reported progress, or the supervisor saw
     # it waiting for data (an idle query, e.g. the retry job, reports no progress for hours)
     ready: bool = False

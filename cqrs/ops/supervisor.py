@@ -1,9 +1,12 @@
 """Keep several streaming queries of one SparkSession running: a query that fails (or cannot
 start) is restarted on its own after a back-off, the others keep running; a query whose
-generation changes (a projection rebuilt) is stopped and started on the new one."""
+generation changes (a projection rebuilt) is stopped and started on the new one. A query
+refused for a reason no restart can change (:func:`refusal`: the app's classes cannot read the
+stored schemas) is not restarted: its state is ``refused`` until another release is started."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import traceback
@@ -12,15 +15,26 @@ from typing import Any
 
 import attrs
 
+from cqrs.errors import IncompatibleSchemaError
 from cqrs.ops.board import StatusBoard
 
-__all__ = ["MAX_BACKOFF_S", "QuerySpec", "Supervisor"]
+__all__ = ["MAX_BACKOFF_S", "QuerySpec", "Supervisor", "refusal"]
 
 MAX_BACKOFF_S = 300.0
 HEALTHY_AFTER_S = 60.0  # a query running this long after a restart resets its back-off
 
 
 def _no_generation() -> int | None:
+    return None
+
+
+def refusal(error: BaseException | None) -> str | None:
+    """Why a query that failed with ``error`` must not be restarted, or None (restart it after
+    its back-off). A restart cannot help when the app's classes cannot read the stored schemas
+    (the check every job runs before it starts): it would fail the same way until another
+    release is deployed, so it is refused, and says so, instead of retried for ever."""
+    if isinstance(error, IncompatibleSchemaError):
+        return "incompatible schema"
     return None
 
 
@@ -48,6 +62,7 @@ class _Slot:
     retry_at: float = 0.0
     started_at: float = 0.0
     ready: bool = False  # the board was told this run is past initialising
+    refused: str | None = None  # why it is not restarted (see refusal)
 
 
 class Supervisor:
@@ -79,7 +94,7 @@ class Supervisor:
             generation = spec.generation()
             query = spec.start(generation)
         except Exception as exc:  # noqa: BLE001 - any start failure is retried the same way
-            self._failed(slot, f"could not start: {type(exc).__name__}: {exc}")
+            self._failed(slot, f"could not start: {type(exc).__name__}: {exc}", exc)
             return
         slot.query, slot.generation, slot.started_at = query, generation, time.monotonic()
         slot.ready = False
@@ -87,7 +102,14 @@ class Supervisor:
         gen = f" on generation {generation}" if generation is not None else ""
         self._say(f"{spec.name}: query {query.name} running{gen}")
 
-    def _failed(self, slot: _Slot, error: str) -> None:
+    def _failed(self, slot: _Slot, error: str, exc: BaseException | None = None) -> None:
+        why = refusal(exc)
+        if why is not None:
+            slot.query, slot.refused, slot.retry_at = None, why, math.inf
+            self.board.set_state(slot.spec.name, "refused", f"{why}: {exc}")
+            self._say(f"{slot.spec.name}: refused, {why}; not restarted: start a release whose "
+                      f"classes read the stored messages (add a default or an upcaster). {exc}")
+            return
         wait = min(MAX_BACKOFF_S, self.backoff_s * 2 ** slot.failures)
         slot.failures += 1
         slot.query = None
@@ -110,12 +132,13 @@ class Supervisor:
         for slot in self._slots:
             spec = slot.spec
             if slot.query is None:
-                if now >= slot.retry_at:
+                if slot.refused is None and now >= slot.retry_at:
                     self._start(slot)
                 continue
             if not slot.query.isActive:
                 error = slot.query.exception()
-                self._failed(slot, str(error) if error is not None else "stopped without an error")
+                self._failed(slot, str(error) if error is not None else "stopped without an error",
+                             error)
                 continue
             if not slot.ready:
                 self._note_ready(slot)
@@ -163,4 +186,5 @@ class Supervisor:
             self._say("stopping after the running micro-batches")
             stop_between_batches(running)
         for slot in self._slots:
-            self.board.set_state(slot.spec.name, "stopped")
+            if slot.refused is None:  # a refused one says why until the end
+                self.board.set_state(slot.spec.name, "stopped")

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from cqrs.app import App
 
 __all__ = [
-    "ProcessorOptions", "checkpoint_for", "header_expr", "publish_app_schemas", "start_processor",
-    "step_for", "worker_for",
+    "ProcessorOptions", "check_app_schemas", "checkpoint_for", "header_expr", "publish_app_schemas",
+    "start_processor", "step_for", "worker_for",
 ]
 
 
@@ -124,6 +124,15 @@ def header_expr(name: str) -> str:
 
 def publish_app_schemas(cfg: CqrsConfig, topics: AppTopics, app: App) -> None:
     """Check the app's classes against every stored schema, then publish theirs."""
+    check_app_schemas(cfg, topics, app, publish=True)
+
+
+def check_app_schemas(cfg: CqrsConfig, topics: AppTopics, app: App, *,
+                      publish: bool = False) -> None:
+    """Refuse an app whose classes cannot read the messages its schemas topic describes
+    (:class:`~cqrs.errors.IncompatibleSchemaError`, naming each type and field): the check every
+    job runs before it starts, the processor, the projectors and a rebuild alike. ``publish``:
+    then publish the app's schemas (a job that writes messages: executors find them there)."""
     from cqrs.codec.kafka_schema_store import KafkaSchemaStore
     from cqrs.codec.registry import check_compatibility
 
@@ -131,7 +140,8 @@ def publish_app_schemas(cfg: CqrsConfig, topics: AppTopics, app: App) -> None:
     try:
         codec = app.codec_for(store)
         check_compatibility(store, codec)  # refuse code that cannot read the stored messages
-        codec.publish_schemas()  # executors then find every schema they write
+        if publish:
+            codec.publish_schemas()  # executors then find every schema they write
     finally:
         store.close()
 
