@@ -47,6 +47,7 @@ __all__ = [
     "ProjectorOptions",
     "apply_frame",
     "apply_frame_parking",
+    "apply_ranges",
     "check_schemas",
     "checkpoint_for",
     "event_frame",
@@ -187,7 +188,89 @@ def _partition_fn(cfg: CqrsConfig, opts: ProjectorOptions, base: str,
     return run
 
 
+RANGE_TAKE = 20_000  # records taken from the consumer at once by a range task
+RANGE_IDLE_S = 60.0  # a range task fails when its partition gives nothing for this long
+
+
+def _range_fn(cfg: CqrsConfig, opts: ProjectorOptions, base: str, generation: int, topic: str,
+              chunk: int) -> Callable[[Iterator[tuple[int, int, int]]], Iterator[str]]:
+    """Reads ``(partition, start, end)`` ranges of the events topic with librdkafka, as the
+    processor's tasks read their commands, and folds each ``chunk`` events with the projector's
+    own :func:`apply_batch`; yields the summed stats as one JSON line."""
+    def run(ranges: Iterator[tuple[int, int, int]]) -> Iterator[str]:
+        import time
+
+        from confluent_kafka import TopicPartition
+
+        from cqrs.kafka_io import make_consumer, take
+        from projections.records import event_record
+
+        ctx = _context(cfg, opts)
+        target = Target(ctx.projection, base, generation)
+        total = BatchStats()
+        consumer = make_consumer(cfg, **{"enable.partition.eof": False})
+        try:
+            for partition, start, end in ranges:
+                consumer.assign([TopicPartition(topic, partition, start)])
+                nxt, batch, idle_since = start, [], time.monotonic()
+                while nxt < end:
+                    got = take(consumer, RANGE_TAKE, 0.5)
+                    for msg in got:
+                        if msg.error() is not None:
+                            raise ProjectionStoreError(f"reading {topic}[{partition}]: {msg.error()}")
+                        offset = msg.offset()
+                        if offset >= end:
+                            continue
+                        nxt = offset + 1
+                        key, headers = msg.key(), msg.headers() or ()
+                        if key and any(k == "cqrs.version" for k, _ in headers):
+                            batch.append(event_record(key, msg.value(), headers, partition, offset))
+                    if not got:  # a gap at the end of the range (e.g. a transaction marker)?
+                        position = consumer.position([TopicPartition(topic, partition)])[0].offset
+                        if position >= end:
+                            break
+                        if time.monotonic() - idle_since > RANGE_IDLE_S:
+                            raise ProjectionStoreError(
+                                f"{topic}[{partition}] gave nothing at offset {nxt} (the range "
+                                f"ends at {end}) for {RANGE_IDLE_S:.0f} s: is Kafka at "
+                                f"{cfg.kafka.bootstrap_servers} reachable?")
+                        continue
+                    idle_since = time.monotonic()
+                    if len(batch) >= chunk:
+                        total.add(apply_batch(ctx.store, target, batch, ctx.decode, ctx.send_dead_letters))
+                        batch = []
+                if batch:
+                    total.add(apply_batch(ctx.store, target, batch, ctx.decode, ctx.send_dead_letters))
+                total.positions[partition] = max(end, total.positions.get(partition, 0))
+        finally:
+            consumer.close()
+        yield json.dumps({**{f: getattr(total, f) for f in STATS_FIELDS},
+                          "positions": total.positions})
+    return run
+
+
 # --- driver side ------------------------------------------------------------------------------
+
+
+def apply_ranges(spark: SparkSession, cfg: CqrsConfig, opts: ProjectorOptions, base: str,
+                 generation: int, topic: str, ranges: dict[int, tuple[int, int]],
+                 chunk: int = 100_000) -> BatchStats:
+    """Fold the events of ``{partition: (start, end)}`` of ``topic`` into a generation: one
+    Spark task per partition reads its range directly from Kafka (no Kafka source, no rows
+    through the JVM) and folds it ``chunk`` events at a time. For a projection whose views are
+    its aggregates (a re-keyed one needs :func:`apply_frame`, which brings a view's events
+    from every partition together)."""
+    todo = [(p, start, end) for p, (start, end) in sorted(ranges.items()) if end > start]
+    total = BatchStats()
+    if not todo:
+        return total
+    lines = (spark.sparkContext.parallelize(todo, len(todo))
+             .mapPartitions(_range_fn(cfg, opts, base, generation, topic, chunk)).collect())
+    for line in lines:
+        row = json.loads(line)
+        total.add(BatchStats(*(row[f] for f in STATS_FIELDS),
+                             {int(p): o for p, o in row["positions"].items()}))
+    return total
 
 
 def event_frame(source: DataFrame) -> DataFrame:

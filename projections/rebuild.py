@@ -2,7 +2,10 @@
 
 1. pick generation ``n + 1``, create its tables, record it as *building*;
 2. snapshot the events topic's end offsets; batch-read the log up to them in chunks (Spark
-   batch jobs, the same executor-side fold as the projector), printing events, events/s, ETA;
+   batch jobs, the same executor-side fold as the projector), printing events, events/s, ETA.
+   A task per partition reads its range with librdkafka (:func:`~projections.job.apply_ranges`);
+   a re-keyed projection, whose views gather events of every partition, goes through Spark's
+   Kafka source and a shuffle by view key instead;
 3. catch up with a streaming query on the new generation's own checkpoint, started at the
    snapshot (trigger availableNow): it also leaves the checkpoint a running projector continues;
 4. switch readers: one metadata write makes ``n + 1`` current (running projectors follow);
@@ -32,9 +35,10 @@ from projections.apply import BatchStats
 from projections.dlq import dead_letter_topic, ensure_dead_letter_topic
 from projections.errors import GenerationError, RebuildDeadLettersError
 from projections.job import (
-    ProjectorOptions, apply_frame, check_schemas, checkpoint_for, event_frame, start_projector,
+    ProjectorOptions, apply_frame, apply_ranges, check_schemas, checkpoint_for, event_frame,
+    start_projector,
 )
-from projections.model import find_projection
+from projections.model import RekeyedProjection, find_projection
 from projections.positions import topic_offsets
 from projections.records import Generations
 from projections.store import table_base
@@ -100,14 +104,19 @@ def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name:
     per_partition = max(1, cfg.projections.rebuild_chunk_events // max(1, len(end)))
     opts = ProjectorOptions(app_ref, name, topic_prefix=prefix)
     done = BatchStats()
+    direct = not isinstance(projection, RekeyedProjection)
     while any(position[p] < end[p] for p in end):
         upto = {p: min(end[p], position[p] + per_partition) for p in end}
-        source = (spark.read.format("kafka").options(**cfg.kafka.spark_options())
-                  .option("subscribe", events_topic)
-                  .option("startingOffsets", _offsets_json(events_topic, position))
-                  .option("endingOffsets", _offsets_json(events_topic, upto))
-                  .option("includeHeaders", "true").load())
-        done.add(apply_frame(event_frame(source), cfg, opts, base, new))
+        if direct:  # each task reads its partition's range with librdkafka, as the processor does
+            done.add(apply_ranges(spark, cfg, opts, base, new, events_topic,
+                                  {p: (position[p], upto[p]) for p in end}))
+        else:  # a view's events come from every partition: Spark brings them together
+            source = (spark.read.format("kafka").options(**cfg.kafka.spark_options())
+                      .option("subscribe", events_topic)
+                      .option("startingOffsets", _offsets_json(events_topic, position))
+                      .option("endingOffsets", _offsets_json(events_topic, upto))
+                      .option("includeHeaders", "true").load())
+            done.add(apply_frame(event_frame(source), cfg, opts, base, new))
         position = upto
         elapsed = time.monotonic() - started
         rate = done.events / max(elapsed, 1e-6)
