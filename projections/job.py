@@ -203,12 +203,14 @@ def _range_fn(cfg: CqrsConfig, opts: ProjectorOptions, base: str, generation: in
         from confluent_kafka import TopicPartition
 
         from cqrs.kafka_io import make_consumer, take
-        from projections.records import event_record
+        from projections.records import event_record_or_none
 
         ctx = _context(cfg, opts)
         target = Target(ctx.projection, base, generation)
         total = BatchStats()
-        consumer = make_consumer(cfg, **{"enable.partition.eof": False})
+        consumer = make_consumer(cfg, **{"enable.partition.eof": False, "fetch.wait.max.ms": 10,
+                                         "max.partition.fetch.bytes": 16 << 20,
+                                         "fetch.max.bytes": 64 << 20})
         try:
             for partition, start, end in ranges:
                 consumer.assign([TopicPartition(topic, partition, start)])
@@ -222,9 +224,10 @@ def _range_fn(cfg: CqrsConfig, opts: ProjectorOptions, base: str, generation: in
                         if offset >= end:
                             continue
                         nxt = offset + 1
-                        key, headers = msg.key(), msg.headers() or ()
-                        if key and any(k == "cqrs.version" for k, _ in headers):
-                            batch.append(event_record(key, msg.value(), headers, partition, offset))
+                        rec = event_record_or_none(msg.key(), msg.value(), msg.headers() or (),
+                                                   partition, offset)
+                        if rec is not None:
+                            batch.append(rec)
                     if not got:  # a gap at the end of the range (e.g. a transaction marker)?
                         position = consumer.position([TopicPartition(topic, partition)])[0].offset
                         if position >= end:

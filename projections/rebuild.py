@@ -101,12 +101,15 @@ def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name:
     position = {p: low for p, (low, _) in ends.items()}
     end = {p: high for p, (_, high) in ends.items()}
     total = sum(end[p] - position[p] for p in end)
-    per_partition = max(1, cfg.projections.rebuild_chunk_events // max(1, len(end)))
+    # rounds of about rebuild_chunk_events each (a progress line after each), every partition
+    # cut into as many equal steps: a partition longer than the others adds no round of its own
+    rounds = max(1, -(-total // max(1, cfg.projections.rebuild_chunk_events)))
+    step = {p: max(1, -(-(end[p] - position[p]) // rounds)) for p in end}
     opts = ProjectorOptions(app_ref, name, topic_prefix=prefix)
     done = BatchStats()
     direct = not isinstance(projection, RekeyedProjection)
     while any(position[p] < end[p] for p in end):
-        upto = {p: min(end[p], position[p] + per_partition) for p in end}
+        upto = {p: min(end[p], position[p] + step[p]) for p in end}
         if direct:  # each task reads its partition's range with librdkafka, as the processor does
             done.add(apply_ranges(spark, cfg, opts, base, new, events_topic,
                                   {p: (position[p], upto[p]) for p in end}))

@@ -33,6 +33,7 @@ __all__ = [
     "ViewWrite",
     "WriteMode",
     "event_record",
+    "event_record_or_none",
     "park_timestamp",
     "unpark_timestamp",
     "write_timestamp",
@@ -70,9 +71,25 @@ class EventRecord:
 def event_record(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]],
                  partition: int = -1, offset: int = -1) -> EventRecord:
     """An :class:`EventRecord` from an events-topic record as a Kafka client reads it."""
-    h = {k: (v or b"").decode() for k, v in headers}
-    return EventRecord((key or b"").decode(), h["cqrs.aggregate_type"], h["cqrs.message_type"],
-                       int(h["cqrs.version"]), value or b"", h["cqrs.timestamp"], partition, offset)
+    found = event_record_or_none(key, value, headers, partition, offset)
+    if found is None:
+        raise KeyError(f"the record at offset {offset} of partition {partition} is not an event "
+                       "record (no key or no cqrs.version header)")
+    return found
+
+
+def event_record_or_none(key: bytes | None, value: bytes | None,
+                         headers: Iterable[tuple[str, bytes | None]], partition: int = -1,
+                         offset: int = -1) -> EventRecord | None:
+    """:func:`event_record`, or None for a record that is not an event's (no key or no
+    version header: the projector's Spark path filters those out the same way)."""
+    h = dict(headers)
+    version = h.get("cqrs.version")
+    if not key or version is None:
+        return None
+    return EventRecord(key.decode(), (h.get("cqrs.aggregate_type") or b"").decode(),
+                       (h.get("cqrs.message_type") or b"").decode(), int(version), value or b"",
+                       (h.get("cqrs.timestamp") or b"").decode(), partition, offset)
 
 
 @attrs.frozen(slots=True)
