@@ -13,7 +13,6 @@ from __future__ import annotations
 from cqrs.personal.cassandra_keys import (
     KEY_TABLE,
     CassandraKeyStore,
-    cached_key_store,
     open_key_store,
 )
 from cqrs.personal.cipher import SEALED_PREFIX, MasterKey, SubjectKey
@@ -28,6 +27,5 @@ __all__ = [
     "MasterKey",
     "MemoryKeyStore",
     "SubjectKey",
-    "cached_key_store",
     "open_key_store",
 ]

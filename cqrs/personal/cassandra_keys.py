@@ -8,16 +8,15 @@ processes making a subject's key at once end up with the same one. ``forget`` de
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Collection
 
 from cqrs.cassandra_io import CassandraSession
-from cqrs.config import CqrsConfig, cache_key
+from cqrs.config import CqrsConfig
 from cqrs.errors import KeyStoreError
 from cqrs.personal.cipher import MasterKey, SubjectKey
 from cqrs.personal.keys import KeyCache, KeyStore
 
-__all__ = ["KEY_TABLE", "CassandraKeyStore", "cached_key_store", "open_key_store"]
+__all__ = ["KEY_TABLE", "CassandraKeyStore", "open_key_store"]
 
 KEY_TABLE = "cqrs_subject_keys"
 
@@ -82,16 +81,3 @@ def open_key_store(cfg: CqrsConfig) -> KeyStore:
         raise
     return KeyCache(store, size=settings.key_cache_size, ttl_s=settings.key_cache_seconds)
 
-
-_CACHE: dict[str, KeyStore] = {}
-_LOCK = threading.Lock()
-
-
-def cached_key_store(cfg: CqrsConfig) -> KeyStore:
-    """The key store of ``cfg``, opened once per process (Spark Python workers share it)."""
-    key = cache_key(cfg.personal_data, cfg.cassandra)
-    with _LOCK:
-        store = _CACHE.get(key)
-        if store is None:
-            store = _CACHE[key] = open_key_store(cfg)
-        return store

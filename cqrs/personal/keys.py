@@ -126,21 +126,21 @@ class KeyCache(KeyStore):
             while len(self._keys) > self.size:
                 self._keys.popitem(last=False)
 
-    def get_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
+    def _through(self, subjects: Collection[str],
+                 load: Callable[[Collection[str]], dict[str, SubjectKey]]) -> dict[str, SubjectKey]:
+        """The cached keys of ``subjects``, and the others from ``load`` (kept)."""
         found, missing = self._cached(subjects)
         if missing:
-            loaded = self.store.get_many(missing)
+            loaded = load(missing)
             self._keep(loaded)
             found.update(loaded)
         return found
 
+    def get_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
+        return self._through(subjects, self.store.get_many)
+
     def get_or_create_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
-        found, missing = self._cached(subjects)
-        if missing:
-            loaded = self.store.get_or_create_many(missing)
-            self._keep(loaded)
-            found.update(loaded)
-        return found
+        return self._through(subjects, self.store.get_or_create_many)
 
     def forget(self, subject: str) -> bool:
         with self._lock:
