@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cqrs.codec.registry import Codec, check_compatibility
 from cqrs.codec.schema_store import InMemorySchemaStore, SchemaStore
@@ -18,11 +18,15 @@ from cqrs.domain.aggregate import Aggregate
 from cqrs.domain.handler import CommandHandler
 from cqrs.domain.messages import type_name
 from cqrs.domain.model import DomainModel
+from cqrs.domain.personal import personal_fields
 from cqrs.domain.process import ProcessManager
 from cqrs.envelope import CommandRecord
 from cqrs.errors import DomainModelError, InvalidAppNameError, NotAMessageError
 from cqrs.results import FRAMEWORK_CLASSES
 from cqrs.retries import RetryPolicy
+
+if TYPE_CHECKING:
+    from cqrs.personal.keys import KeyStore
 
 __all__ = ["App"]
 
@@ -34,6 +38,8 @@ class App:
 
     ``codec`` encodes and decodes every command, event and aggregate state of the model; it uses
     an in-memory schema store until :meth:`use_schema_store` binds a shared one (e.g. Kafka).
+    An app whose classes have ``personal()`` fields also needs the data subjects' keys
+    (:meth:`use_key_store`); building the app checks those declarations.
     """
 
     def __init__(
@@ -62,15 +68,21 @@ class App:
         self.retries: RetryPolicy = retries if retries is not None else RetryPolicy()
         self.process_managers: tuple[ProcessManager[Any], ...] = _process_managers(
             self.model, process_managers)
+        self._classes: tuple[type, ...] = (
+            *self.model.message_classes(), *FRAMEWORK_CLASSES, CommandRecord,
+            *(s for s in (pm.state_class() for pm in self.process_managers) if s is not None))
+        # the classes with personal fields (declarations checked here, at build)
+        self.personal_classes: tuple[type, ...] = tuple(
+            cls for cls in self._classes if personal_fields(cls) is not None)
+        # the data subjects' keys every codec_for uses, once use_key_store bound them
+        self.key_store: KeyStore | None = None
         self.codec = self.codec_for(InMemorySchemaStore())
 
-    def codec_for(self, store: SchemaStore) -> Codec:
-        """A codec for this app's classes and upcasters bound to ``store``."""
-        return Codec(
-            [*self.model.message_classes(), *FRAMEWORK_CLASSES, CommandRecord,
-             *(s for s in (pm.state_class() for pm in self.process_managers) if s is not None)],
-            upcasters=self.upcasters, store=store,
-        )
+    def codec_for(self, store: SchemaStore, *, key_store: KeyStore | None = None) -> Codec:
+        """A codec for this app's classes and upcasters bound to ``store``, with ``key_store``
+        (default: the app's, see :meth:`use_key_store`) for the classes with personal fields."""
+        return Codec(self._classes, upcasters=self.upcasters, store=store,
+                     key_store=key_store if key_store is not None else self.key_store)
 
     def use_schema_store(self, store: SchemaStore, *, check: bool = True) -> Codec:
         """Bind ``self.codec`` to ``store`` (checking compatibility with it first)."""
@@ -79,6 +91,14 @@ class App:
             check_compatibility(store, codec)
         self.codec = codec
         return codec
+
+    def use_key_store(self, key_store: KeyStore) -> Codec:
+        """Use ``key_store`` for personal fields, in ``self.codec`` and every later
+        :meth:`codec_for` (e.g. ``MemoryKeyStore()`` in tests, ``open_key_store(cfg)`` on the
+        stack)."""
+        self.key_store = key_store
+        self.codec = self.codec_for(self.codec.store)
+        return self.codec
 
     def __repr__(self) -> str:
         return (

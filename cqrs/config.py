@@ -30,6 +30,7 @@ __all__ = [
     "KafkaSettings",
     "LIBRDKAFKA_MESSAGE_MAX_BYTES",
     "MetricsSettings",
+    "PersonalDataSettings",
     "ProcessorSettings",
     "ProjectionSettings",
     "RECORD_MARGIN_BYTES",
@@ -522,6 +523,51 @@ class MetricsSettings:
 
 
 @attrs.frozen
+class PersonalDataSettings:
+    master_key: str = setting(
+        "", "CQRS_PERSONAL_DATA_MASTER_KEY",
+        "Base64 of 32 random bytes: the key that wraps every data subject's key in the key "
+        "table (an app with personal() fields needs it; make one with `python -c \"import os, "
+        "base64; print(base64.b64encode(os.urandom(32)).decode())\"`). Losing it loses every "
+        "personal value; keep it in a secret store, never in the repository.",
+        secret=True,
+    )
+    key_cache_size: int = setting(
+        100000, "CQRS_PERSONAL_DATA_KEY_CACHE",
+        "Data subjects whose key each process keeps in memory (least recently used out first).",
+    )
+    key_cache_seconds: float = setting(
+        300.0, "CQRS_PERSONAL_DATA_KEY_CACHE_SECONDS",
+        "How long a process uses a cached key before reading it again: a subject forgotten by "
+        "another process is forgotten in this one at most this much later.",
+    )
+
+    def master_key_bytes(self) -> bytes:
+        """The master key's 32 bytes, or :class:`ConfigError` saying how to set it."""
+        import base64
+        import binascii
+
+        make = ("make one with `python -c \"import os, base64; "
+                "print(base64.b64encode(os.urandom(32)).decode())\"`")
+        if not self.master_key:
+            raise ConfigError(
+                "personal_data.master_key is not set, and the app has personal fields: set "
+                f"CQRS_PERSONAL_DATA_MASTER_KEY (or [personal_data] master_key) to the base64 of "
+                f"32 random bytes; {make}")
+        try:
+            key = base64.b64decode(self.master_key, validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigError(
+                f"personal_data.master_key is not base64 ({len(self.master_key)} characters): "
+                f"give the base64 of 32 random bytes; {make}") from None
+        if len(key) != 32:
+            raise ConfigError(
+                f"personal_data.master_key is {len(key)} bytes once decoded: an AES-256 key is "
+                f"32 bytes; {make}")
+        return key
+
+
+@attrs.frozen
 class CqrsConfig:
     kafka: KafkaSettings = attrs.field(factory=KafkaSettings)
     cassandra: CassandraSettings = attrs.field(factory=CassandraSettings)
@@ -533,6 +579,7 @@ class CqrsConfig:
     metrics: MetricsSettings = attrs.field(factory=MetricsSettings)
     retrier: RetrierSettings = attrs.field(factory=RetrierSettings)
     scheduler: SchedulerSettings = attrs.field(factory=SchedulerSettings)
+    personal_data: PersonalDataSettings = attrs.field(factory=PersonalDataSettings)
 
     def with_overrides(self, **sections: Mapping[str, Any]) -> CqrsConfig:
         """A copy with some settings replaced: ``cfg.with_overrides(kafka={"bootstrap_servers": ...})``."""
@@ -557,6 +604,7 @@ _SECTIONS: dict[str, type] = {
     "metrics": MetricsSettings,
     "retrier": RetrierSettings,
     "scheduler": SchedulerSettings,
+    "personal_data": PersonalDataSettings,
 }
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "ReplayError",
     "Rejected",
     "InvalidAppNameError",
+    "PersonalDataDeclarationError",
     # codec
     "CodecError",
     "SchemaDerivationError",
@@ -41,6 +42,9 @@ __all__ = [
     "MissingUpcasterError",
     "IncompatibleSchemaError",
     "SchemaStoreError",
+    "MissingKeyStoreError",
+    "TamperedDataError",
+    "KeyStoreError",
     # envelope
     "EnvelopeError",
     "MissingHeaderError",
@@ -130,6 +134,11 @@ class InvalidAppNameError(CqrsError, ValueError):
     """An application name is not made of ``[a-z0-9_.-]``."""
 
 
+class PersonalDataDeclarationError(DomainModelError):
+    """Personal data is declared in a way the framework cannot protect (a ``personal()`` field
+    without a data subject, a subject that is not a ``str`` field, an unsupported field type)."""
+
+
 # --- codec ----------------------------------------------------------------------------------
 
 
@@ -179,6 +188,20 @@ class IncompatibleSchemaError(CodecError):
 
 class SchemaStoreError(CqrsError, RuntimeError):
     """The schema store cannot be read or written (e.g. Kafka is unreachable)."""
+
+
+class MissingKeyStoreError(CodecError):
+    """A message with personal fields was encoded or decoded by a codec that has no key store
+    (see ``App.use_key_store``)."""
+
+
+class TamperedDataError(DecodeError):
+    """An encrypted personal field does not authenticate with its subject's key: the bytes were
+    changed, or the text was copied from another field, message type or subject."""
+
+
+class KeyStoreError(CqrsError, RuntimeError):
+    """The store of the data subjects' keys cannot be read or written."""
 
 
 # --- envelope -------------------------------------------------------------------------------

@@ -14,6 +14,11 @@ bytes), encoding and decoding go through fastavro, whose results and errors are 
 
 ``check_compatibility(store, codec)`` is run when an app starts: it refuses a current schema that
 cannot read what the store says was written before.
+
+A class with ``personal()`` fields (:mod:`cqrs.domain.personal`) is encoded sealed and decoded
+opened by a :class:`~cqrs.personal.fields.FieldSealer` with the codec's key store: its plans
+carry the sealer, and it never gets the generated fast paths below, so the classes without
+personal fields (all others) pay nothing for it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
@@ -34,6 +39,7 @@ from cqrs.codec.single_object import HEADER_SIZE, MAGIC, fingerprint, header, sp
 from cqrs.codec.upcasting import Upcaster
 from cqrs.codec.values import Decoder, Encoder, record_decoder, record_encoder, record_from_avro
 from cqrs.domain.messages import type_name, type_version
+from cqrs.domain.personal import personal_fields
 from cqrs.errors import (
     CodecError,
     DecodeError,
@@ -43,6 +49,10 @@ from cqrs.errors import (
     TruncatedMessageError,
     UnregisteredTypeError,
 )
+
+if TYPE_CHECKING:
+    from cqrs.personal.fields import FieldSealer
+    from cqrs.personal.keys import KeyStore
 
 __all__ = ["Codec", "RegisteredType", "check_compatibility"]
 
@@ -75,6 +85,7 @@ class _EncodePlan:
     parsed: Any
     to_record: Encoder
     write: Writer | None  # header + body, generated; None: fastavro only
+    sealer: FieldSealer | None  # a class with personal fields: seal them first
 
 
 @attrs.frozen(slots=True)
@@ -85,6 +96,7 @@ class _DecodePlan:
     reader: Any  # None when the writer schema is the current one (fastavro skips resolution)
     from_record: Decoder
     read: Reader | None  # generated, when the writer schema is the current one
+    sealer: FieldSealer | None  # a class with personal fields: open them after
 
 
 class Codec:
@@ -100,8 +112,13 @@ class Codec:
         *,
         upcasters: Iterable[Upcaster] = (),
         store: SchemaStore | None = None,
+        key_store: KeyStore | None = None,
     ) -> None:
         self.store: SchemaStore = store if store is not None else InMemorySchemaStore()
+        # the data subjects' keys, for classes with personal fields (None: such a class fails
+        # to encode or decode, with MissingKeyStoreError)
+        self.key_store = key_store
+        self._sealers: dict[type, FieldSealer] = {}
         self._by_class: dict[type, RegisteredType] = {}
         self._by_name: dict[str, RegisteredType] = {}
         self._published: set[bytes] = set()
@@ -140,10 +157,15 @@ class Codec:
                 f"{cls.__qualname__} needs another name"
             )
         schema = schema_for(cls)
+        declared = personal_fields(cls)
         fp = fingerprint(schema)
         reg = RegisteredType(
             cls, name, type_version(cls), schema, parse_schema(schema), fp, header(fp)
         )
+        if declared is not None:
+            from cqrs.personal.fields import FieldSealer  # cryptography: only when needed
+
+            self._sealers[cls] = FieldSealer(declared, name, self.key_store)
         self._by_class[cls] = reg
         self._by_name[name] = reg
         # our own schemas are known without asking the store (the hot path on executors)
@@ -195,8 +217,15 @@ class Codec:
         plan = self._encode_plans.get(type(obj))
         if plan is None:
             plan = self._encode_plan(obj)
-            if plan.write is not None:  # the first encode of a class: now with its writer
-                return self.encode(obj)
+            if plan.write is not None and plan.sealer is None:  # the first encode of a class:
+                return self.encode(obj)  # now with its writer
+        if plan.sealer is not None:
+            obj = plan.sealer.seal(obj)
+            if plan.write is not None:
+                try:
+                    return plan.write(obj)
+                except Exception:  # noqa: BLE001, S110 - as above
+                    pass
         record = plan.to_record(obj, None)
         buf = io.BytesIO()  # one per call: the codec is shared by threads
         buf.write(plan.header)
@@ -215,9 +244,10 @@ class Codec:
             reg = self.lookup(type(obj))
         self._publish(reg)
         write = record_writer(reg.cls, reg.schema, reg.header) if self._generated else None
-        plan = _EncodePlan(reg.header, reg.parsed, record_encoder(reg.cls), write)
+        sealer = self._sealers.get(reg.cls)
+        plan = _EncodePlan(reg.header, reg.parsed, record_encoder(reg.cls), write, sealer)
         self._encode_plans[reg.cls] = plan
-        if write is not None:
+        if write is not None and sealer is None:
             self._writes[reg.cls] = write
         return plan
 
@@ -238,7 +268,7 @@ class Codec:
                     pass  # would (e.g. truncated): fastavro's result or error below
         if type(data) is bytes and data[:2] == MAGIC:
             plan = self._decode_plans.get(data[2:HEADER_SIZE])
-            if plan is not None:
+            if plan is not None and plan.sealer is None:
                 buf = io.BytesIO(data)
                 buf.seek(HEADER_SIZE)
                 record = self._read(buf, len(data) - HEADER_SIZE, plan.writer, plan.reader)
@@ -248,13 +278,8 @@ class Codec:
         reg = self._by_name.get(writer.type_name)
         if reg is not None and reg.version == writer.version:
             plan = self._decode_plans.get(fp) or self._decode_plan(fp, writer, reg)
-            if plan.read is not None:
-                try:
-                    return plan.read(bytes(body), 0)
-                except Exception:  # noqa: BLE001, S110 - as above
-                    pass
-            record = self._read(io.BytesIO(body), len(body), writer, plan.reader)
-            return plan.from_record(record, None)
+            obj = self._current(plan, body, writer)
+            return obj if plan.sealer is None else plan.sealer.open(obj)
         record = self._read(io.BytesIO(body), len(body), writer, None)
         name, version = writer.type_name, writer.version
         chain = [f"{name} v{version}"]
@@ -283,7 +308,19 @@ class Codec:
                 f"stored data reached {' -> '.join(chain)} but the current class "
                 f"{reg.cls.__qualname__} is v{reg.version}: {remedy}"
             )
-        return record_from_avro(reg.cls, record)
+        obj = record_from_avro(reg.cls, record)
+        sealer = self._sealers.get(reg.cls)
+        return obj if sealer is None else sealer.open(obj, writer.type_name)
+
+    def _current(self, plan: _DecodePlan, body: bytes | memoryview, writer: _Writer) -> Any:
+        """The instance of a current class in ``body`` (written with ``writer``'s schema)."""
+        if plan.read is not None:
+            try:
+                return plan.read(bytes(body), 0)
+            except Exception:  # noqa: BLE001, S110 - as above
+                pass
+        record = self._read(io.BytesIO(body), len(body), writer, plan.reader)
+        return plan.from_record(record, None)
 
     def _writer(self, fp: bytes) -> _Writer:
         found = self._writers.get(fp)
@@ -300,9 +337,10 @@ class Codec:
         # fastavro drops a reader schema equal to the writer's on every call: compare once
         reader = None if writer.parsed == reg.parsed else reg.parsed
         read = record_reader(reg.cls, reg.schema) if reader is None and self._generated else None
-        plan = _DecodePlan(writer, reader, record_decoder(reg.cls), read)
+        sealer = self._sealers.get(reg.cls)
+        plan = _DecodePlan(writer, reader, record_decoder(reg.cls), read, sealer)
         self._decode_plans[fp] = plan
-        if read is not None:
+        if read is not None and sealer is None:
             self._reads[header(fp)] = read
         return plan
 

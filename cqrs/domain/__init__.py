@@ -34,11 +34,13 @@ from cqrs.domain.messages import (
     type_version,
 )
 from cqrs.domain.model import AggregateEntry, DomainModel
+from cqrs.domain.personal import FORGOTTEN, PersonalFields, personal, personal_fields
 from cqrs.domain.process import ProcessManager, Reaction, ReactionContext, Send
 from cqrs.errors import Rejected
 
 __all__ = [
     "EVENT_ID_NAMESPACE",
+    "FORGOTTEN",
     "Accepted",
     "Aggregate",
     "AggregateEntry",
@@ -56,6 +58,7 @@ __all__ = [
     "Message",
     "NewEvent",
     "Outcome",
+    "PersonalFields",
     "ProcessManager",
     "Reaction",
     "ReactionContext",
@@ -71,6 +74,8 @@ __all__ = [
     "is_command",
     "is_event",
     "is_terminal",
+    "personal",
+    "personal_fields",
     "replay",
     "type_name",
     "type_version",

@@ -6,12 +6,13 @@ import re
 
 from cqrs.errors import InvalidTypeNameError
 
-__all__ = ["TYPE_ATTR", "VERSION_ATTR", "KIND_ATTR", "TERMINAL_ATTR", "check_type_name", "check_version", "default_type_name", "snake_case"]
+__all__ = ["TYPE_ATTR", "VERSION_ATTR", "KIND_ATTR", "TERMINAL_ATTR", "SUBJECT_ATTR", "check_type_name", "check_version", "default_type_name", "snake_case"]
 
 TYPE_ATTR = "__cqrs_type__"
 VERSION_ATTR = "__cqrs_version__"
 KIND_ATTR = "__cqrs_kind__"
 TERMINAL_ATTR = "__cqrs_terminal__"
+SUBJECT_ATTR = "__cqrs_subject__"  # the field naming whose personal data a class holds
 
 _TYPE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*([.\-][A-Za-z_][A-Za-z0-9_]*)*$")
 _CAMEL_1 = re.compile(r"(.)([A-Z][a-z]+)")

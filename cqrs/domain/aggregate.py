@@ -34,6 +34,7 @@ import attrs
 
 from cqrs.domain._names import (
     KIND_ATTR,
+    SUBJECT_ATTR,
     TYPE_ATTR,
     VERSION_ATTR,
     check_type_name,
@@ -42,6 +43,7 @@ from cqrs.domain._names import (
     snake_case,
 )
 from cqrs.domain.messages import events_named, is_event, is_terminal
+from cqrs.domain.personal import check_subject
 from cqrs.errors import AggregateDefinitionError, MissingApplierError, NotAMessageError
 
 __all__ = ["Aggregate", "CopyMode", "applies", "is_aggregate_class"]
@@ -81,7 +83,8 @@ class Aggregate:
 
     Class keywords: ``name`` (stable type name, default ``module.QualName``), ``version``
     (state schema version, default 1), ``terminal_events`` (event classes that delete the
-    aggregate, besides those declared ``@event(terminal=True)``) and ``copy`` (see module doc).
+    aggregate, besides those declared ``@event(terminal=True)``), ``copy`` (see module doc) and
+    ``subject`` (the ``str`` field holding the person its ``personal()`` fields are about).
     """
 
     __cqrs_by_class__: ClassVar[dict[type, Applier]]
@@ -96,6 +99,7 @@ class Aggregate:
         version: int = 1,
         terminal_events: Iterable[type] = (),
         copy: CopyMode = "auto",
+        subject: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)
@@ -111,6 +115,8 @@ class Aggregate:
         setattr(cls, TYPE_ATTR, check_type_name(name or default_type_name(cls), cls))
         setattr(cls, VERSION_ATTR, check_version(version, cls))
         setattr(cls, KIND_ATTR, "aggregate")
+        if subject is not None:  # else inherited, with the fields
+            setattr(cls, SUBJECT_ATTR, check_subject(subject, cls))
         attrs.define(cls, slots=False, eq=True, kw_only=False)  # patches cls in place
         missing = [a.name for a in attrs.fields(cls) if a.default is attrs.NOTHING]
         if missing:

@@ -6,7 +6,8 @@
 
 The stable *type name* (default ``module.QualName``) identifies the class on the wire, so a
 class can move or be renamed in code if it keeps its name. The *version* (default 1) is raised
-when the shape changes in a way that needs an upcaster.
+when the shape changes in a way that needs an upcaster. ``subject`` names the field holding
+the person whose ``personal()`` fields the message carries (see :mod:`cqrs.domain.personal`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import attrs
 
 from cqrs.domain._names import (
     KIND_ATTR,
+    SUBJECT_ATTR,
     TERMINAL_ATTR,
     TYPE_ATTR,
     VERSION_ATTR,
@@ -28,6 +30,7 @@ from cqrs.domain._names import (
     default_type_name,
     snake_case,
 )
+from cqrs.domain.personal import check_subject
 from cqrs.errors import NotAMessageError
 
 __all__ = [
@@ -62,7 +65,8 @@ class Event(Message):  # noqa: B024
     """Marker of ``@event`` classes: ``isinstance(x, Event)`` is true for them."""
 
 
-def _make(cls: C, kind: Kind, name: str | None, version: int, terminal: bool) -> C:
+def _make(cls: C, kind: Kind, name: str | None, version: int, terminal: bool,
+          subject: str | None) -> C:
     if not isinstance(cls, type):
         raise NotAMessageError(f"@{kind} decorates classes, got {cls!r}")
     if attrs.has(cls):
@@ -72,11 +76,13 @@ def _make(cls: C, kind: Kind, name: str | None, version: int, terminal: bool) ->
         )
     tname = check_type_name(default_type_name(cls) if name is None else name, cls)
     check_version(version, cls)
+    subject = check_subject(subject, cls)
     new = attrs.frozen(cls, kw_only=False, slots=True)
     setattr(new, TYPE_ATTR, tname)
     setattr(new, VERSION_ATTR, version)
     setattr(new, KIND_ATTR, kind)
     setattr(new, TERMINAL_ATTR, bool(terminal))
+    setattr(new, SUBJECT_ATTR, subject)
     if kind == "event":
         Event.register(new)
         _EVENT_CLASSES.add(new)
@@ -88,21 +94,28 @@ def _make(cls: C, kind: Kind, name: str | None, version: int, terminal: bool) ->
 @overload
 def command(cls: C, /) -> C: ...
 @overload
-def command(*, name: str | None = None, version: int = 1) -> Callable[[C], C]: ...
 def command(
-    cls: C | None = None, /, *, name: str | None = None, version: int = 1
+    *, name: str | None = None, version: int = 1, subject: str | None = None
+) -> Callable[[C], C]: ...
+def command(
+    cls: C | None = None, /, *, name: str | None = None, version: int = 1,
+    subject: str | None = None,
 ) -> C | Callable[[C], C]:
-    """Make ``cls`` a frozen attrs command class with a stable type name and a version."""
+    """Make ``cls`` a frozen attrs command class with a stable type name and a version.
+
+    ``subject`` names the ``str`` field holding the person its ``personal()`` fields are about.
+    """
     if cls is not None:
-        return _make(cls, "command", name, version, False)
-    return lambda c: _make(c, "command", name, version, False)
+        return _make(cls, "command", name, version, False, subject)
+    return lambda c: _make(c, "command", name, version, False, subject)
 
 
 @overload
 def event(cls: C, /) -> C: ...
 @overload
 def event(
-    *, name: str | None = None, version: int = 1, terminal: bool = False
+    *, name: str | None = None, version: int = 1, terminal: bool = False,
+    subject: str | None = None,
 ) -> Callable[[C], C]: ...
 def event(
     cls: C | None = None,
@@ -111,15 +124,17 @@ def event(
     name: str | None = None,
     version: int = 1,
     terminal: bool = False,
+    subject: str | None = None,
 ) -> C | Callable[[C], C]:
     """Make ``cls`` a frozen attrs event class with a stable type name and a version.
 
     ``terminal=True`` marks a deletion: once applied, the aggregate is gone and every further
-    command for it is rejected with code ``"aggregate_deleted"``.
+    command for it is rejected with code ``"aggregate_deleted"``. ``subject`` names the ``str``
+    field holding the person its ``personal()`` fields are about.
     """
     if cls is not None:
-        return _make(cls, "event", name, version, terminal)
-    return lambda c: _make(c, "event", name, version, terminal)
+        return _make(cls, "event", name, version, terminal, subject)
+    return lambda c: _make(c, "event", name, version, terminal, subject)
 
 
 def _cls(obj: object) -> type:

@@ -80,7 +80,11 @@ class AggregateTest:
         self.timestamp = timestamp
         self.codec: Codec | None = None
         if check_serialization:
-            self.codec = Codec(model.message_classes(), upcasters=getattr(app_or_model, "upcasters", ()))
+            from cqrs.personal.keys import MemoryKeyStore
+
+            # personal fields are sealed and opened on the way, with keys of the test's own
+            self.codec = Codec(model.message_classes(), upcasters=getattr(app_or_model, "upcasters", ()),
+                               key_store=MemoryKeyStore())
 
     def given(self, *events: Any) -> Given:
         """The aggregate's history (events folded by the aggregate's appliers)."""

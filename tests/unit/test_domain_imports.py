@@ -6,7 +6,8 @@ import json
 import subprocess
 import sys
 
-FORBIDDEN = ("pyspark", "confluent_kafka", "cassandra", "fastavro", "pandas", "pyarrow")
+FORBIDDEN = ("pyspark", "confluent_kafka", "cassandra", "fastavro", "pandas", "pyarrow",
+             "cryptography")  # personal data is declared in the domain, encrypted by cqrs.personal
 
 
 def _loaded_after(import_stmt: str) -> list[str]:

@@ -1,0 +1,173 @@
+"""The cryptography of personal data: a subject's data key, a sealed field, key wrapping.
+
+A personal ``str`` field is written as the text
+
+    cqrs-pd1:<key id, 16 hex digits>:<base64url, unpadded, of nonce (12 bytes) + ciphertext + tag (16)>
+
+AES-256-GCM with a random 96-bit nonce; the associated data binds the ciphertext to the key id,
+the data subject, the message type and the field name, so a sealed text copied into another
+field, message type or person's message does not open (:class:`TamperedDataError`).
+
+A data key is stored *wrapped* by the master key (AES-256-GCM as well, the subject and key id
+as associated data: a wrapped key moved to another subject's row does not unwrap).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from cqrs.errors import KeyStoreError, TamperedDataError
+
+__all__ = ["KEY_ID_BYTES", "SEALED_PREFIX", "MasterKey", "Sealed", "SubjectKey", "open_text",
+           "parse_sealed", "seal_text"]
+
+SEALED_PREFIX = "cqrs-pd1:"
+"""How every sealed field value starts (format version 1)."""
+
+KEY_ID_BYTES = 8
+_KEY_BYTES = 32
+_NONCE_BYTES = 12
+_TAG_BYTES = 16
+_FIELD_AAD = b"cqrs-pd1\0"
+_WRAP_AAD = b"cqrs-key1\0"
+_WRAP_VERSION = b"\x01"
+
+
+class SubjectKey:
+    """One data subject's data key: a random id (written beside each ciphertext) and 32 secret
+    bytes. Its repr shows the id only."""
+
+    __slots__ = ("_aead", "key_id", "secret")
+
+    def __init__(self, key_id: bytes, secret: bytes) -> None:
+        if len(key_id) != KEY_ID_BYTES or len(secret) != _KEY_BYTES:
+            raise KeyStoreError(
+                f"a data key has a {KEY_ID_BYTES}-byte id and {_KEY_BYTES} secret bytes, got "
+                f"{len(key_id)} and {len(secret)}: the key store returned a damaged key"
+            )
+        self.key_id = bytes(key_id)
+        self.secret = bytes(secret)
+        self._aead = AESGCM(self.secret)
+
+    @classmethod
+    def new(cls) -> SubjectKey:
+        """A fresh random key."""
+        return cls(os.urandom(KEY_ID_BYTES), AESGCM.generate_key(bit_length=256))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, SubjectKey) and other.key_id == self.key_id
+                and other.secret == self.secret)
+
+    def __hash__(self) -> int:
+        return hash(self.key_id)
+
+    def __repr__(self) -> str:
+        return f"SubjectKey(key_id={self.key_id.hex()!r})"
+
+
+class Sealed:
+    """A sealed field value, parsed: the id of the key it needs and the nonce + ciphertext."""
+
+    __slots__ = ("blob", "key_id")
+
+    def __init__(self, key_id: bytes, blob: bytes) -> None:
+        self.key_id = key_id
+        self.blob = blob
+
+
+def _aad(key_id: bytes, subject: str, type_name: str, field: str) -> bytes:
+    # names are identifiers (no NUL) and the key id has a fixed length: the subject goes last,
+    # so any subject text is unambiguous
+    return b"".join((_FIELD_AAD, type_name.encode(), b"\0", field.encode(), b"\0", key_id,
+                     subject.encode()))
+
+
+def seal_text(key: SubjectKey, text: str, subject: str, type_name: str, field: str) -> str:
+    """``text`` encrypted with ``key``, as the self-describing text written in its place."""
+    nonce = os.urandom(_NONCE_BYTES)
+    blob = nonce + key._aead.encrypt(  # noqa: SLF001 - the key's own cipher object
+        nonce, text.encode(), _aad(key.key_id, subject, type_name, field))
+    return f"{SEALED_PREFIX}{key.key_id.hex()}:{base64.urlsafe_b64encode(blob).rstrip(b'=').decode()}"
+
+
+def parse_sealed(value: str, where: str) -> Sealed | None:
+    """The parts of a sealed value; None for a value that is not sealed (plain text written
+    before the field was declared personal). ``where`` names the field in errors."""
+    if not value.startswith(SEALED_PREFIX):
+        return None
+    head, sep, body = value[len(SEALED_PREFIX):].partition(":")
+    try:
+        if not sep or len(head) != 2 * KEY_ID_BYTES:
+            raise ValueError(value)
+        key_id = bytes.fromhex(head)
+        blob = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    except (ValueError, binascii.Error):
+        raise TamperedDataError(
+            f"{where} starts like an encrypted personal value ({SEALED_PREFIX!r}) but is "
+            f"malformed ({value[:60]!r}...): the message was changed after it was written"
+        ) from None
+    if len(blob) < _NONCE_BYTES + _TAG_BYTES:
+        raise TamperedDataError(
+            f"{where}: the encrypted personal value is {len(blob)} bytes, shorter than a nonce "
+            "and a tag: the message was changed after it was written"
+        )
+    return Sealed(key_id, blob)
+
+
+def open_text(key: SubjectKey, sealed: Sealed, subject: str, type_name: str, field: str) -> str:
+    """The text ``sealed`` holds (``key`` must be the key with its id), or
+    :class:`TamperedDataError` when it does not authenticate."""
+    try:
+        plain = key._aead.decrypt(  # noqa: SLF001
+            sealed.blob[:_NONCE_BYTES], sealed.blob[_NONCE_BYTES:],
+            _aad(key.key_id, subject, type_name, field))
+    except InvalidTag:
+        raise TamperedDataError(
+            f"the encrypted value of {type_name}.{field} (data subject {subject!r}) does not "
+            "authenticate with the subject's key: it was changed after it was written, or "
+            "copied from another field, message type or subject"
+        ) from None
+    return plain.decode()
+
+
+class MasterKey:
+    """The key that wraps data keys in a key store (``[personal_data] master_key``)."""
+
+    __slots__ = ("_aead",)
+
+    def __init__(self, secret: bytes) -> None:
+        if len(secret) != _KEY_BYTES:
+            raise KeyStoreError(f"the master key is {_KEY_BYTES} bytes, got {len(secret)}")
+        self._aead = AESGCM(secret)
+
+    def __repr__(self) -> str:
+        return "MasterKey(***)"
+
+    def wrap(self, key: SubjectKey, subject: str) -> bytes:
+        """``key`` encrypted for storage: version, key id, nonce, wrapped secret and tag."""
+        nonce = os.urandom(_NONCE_BYTES)
+        return b"".join((_WRAP_VERSION, key.key_id, nonce, self._aead.encrypt(
+            nonce, key.secret, _WRAP_AAD + key.key_id + subject.encode())))
+
+    def unwrap(self, wrapped: bytes, subject: str) -> SubjectKey:
+        """The key :meth:`wrap` wrapped for ``subject``, or :class:`KeyStoreError`."""
+        id_end = 1 + KEY_ID_BYTES
+        nonce_end = id_end + _NONCE_BYTES
+        key_id = wrapped[1:id_end]
+        try:
+            if wrapped[:1] != _WRAP_VERSION:
+                raise InvalidTag
+            secret = self._aead.decrypt(wrapped[id_end:nonce_end], wrapped[nonce_end:],
+                                        _WRAP_AAD + key_id + subject.encode())
+        except InvalidTag:
+            raise KeyStoreError(
+                f"the stored key of data subject {subject!r} does not unwrap with the master "
+                "key: is [personal_data] master_key the key the store was written with? (or "
+                "the row was changed or moved from another subject)"
+            ) from None
+        return SubjectKey(key_id, secret)

@@ -1,0 +1,114 @@
+"""Sealing and opening the personal fields of one class's instances (what the codec calls).
+
+:meth:`FieldSealer.seal` gives a copy of a message whose personal ``str`` values are sealed
+texts (:mod:`cqrs.personal.cipher`), with one key look-up for all its fields;
+:meth:`FieldSealer.open` gives back a copy with the plain values, or each field's replacement
+when the key that sealed it is gone. Copies are made without calling ``__init__`` (a validator
+of the field would see a sealed text or a replacement), and only when a value changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from cqrs.domain.personal import PersonalFields
+from cqrs.errors import EncodeError, MissingKeyStoreError
+from cqrs.personal.cipher import open_text, parse_sealed, seal_text
+from cqrs.personal.keys import KeyStore
+
+__all__ = ["FieldSealer"]
+
+
+class FieldSealer:
+    """Seals and opens the personal fields of instances of ``declared.cls``, written under
+    the stable ``type_name``, with the keys of ``key_store`` (None: every call raises
+    :class:`MissingKeyStoreError`)."""
+
+    def __init__(self, declared: PersonalFields, type_name: str, key_store: KeyStore | None) -> None:
+        self.cls = declared.cls
+        self.subject = declared.subject
+        self.fields = declared.fields
+        self.type_name = type_name
+        self.key_store = key_store
+        self._names = tuple(a.name for a in attrs.fields(self.cls))
+        self._has_dict = any("__dict__" in vars(k) for k in self.cls.__mro__)
+
+    def _keys(self) -> KeyStore:
+        if self.key_store is None:
+            raise MissingKeyStoreError(
+                f"{self.type_name} has personal fields ({', '.join(f for f, _ in self.fields)}) "
+                "and this codec has no key store to encrypt or decrypt them: bind one with "
+                "app.use_key_store(...) (a KeyCache over CassandraKeyStore, see "
+                "cqrs.personal.open_key_store; MemoryKeyStore in tests) or pass "
+                "app.codec_for(store, key_store=...)"
+            )
+        return self.key_store
+
+    def _subject(self, obj: Any) -> str:
+        subject = getattr(obj, self.subject)
+        if type(subject) is not str or not subject:
+            raise EncodeError(
+                f"{self.type_name}.{self.subject} = {subject!r} is the data subject of its "
+                "personal fields: give the person's id, a non-empty str"
+            )
+        return subject
+
+    def _copy(self, obj: Any, changes: dict[str, Any]) -> Any:
+        new = object.__new__(self.cls)
+        if self._has_dict:  # an aggregate: attributes besides the fields go along
+            new.__dict__.update(obj.__dict__)
+        for name in self._names:
+            object.__setattr__(new, name, getattr(obj, name))
+        for name, value in changes.items():
+            object.__setattr__(new, name, value)
+        return new
+
+    def seal(self, obj: Any) -> Any:
+        """``obj`` with its personal values sealed (itself when there are none: all None, empty
+        or their replacement, which say nothing about the person and need no key; a new
+        aggregate's state, before its subject is known, is such)."""
+        key_store = self._keys()
+        plain: dict[str, str] = {}
+        for name, replacement in self.fields:
+            value = getattr(obj, name)
+            if not value or value == replacement:
+                continue
+            if type(value) is not str:
+                raise EncodeError(
+                    f"{self.type_name}.{name} = {value!r} ({type(value).__qualname__}) is "
+                    "personal data, declared str: pass a str"
+                )
+            plain[name] = value
+        if not plain:
+            return obj
+        subject = self._subject(obj)
+        key = key_store.get_or_create(subject)
+        return self._copy(obj, {name: seal_text(key, value, subject, self.type_name, name)
+                                for name, value in plain.items()})
+
+    def open(self, obj: Any, written_as: str | None = None) -> Any:
+        """``obj`` (as decoded) with its sealed values opened, or replaced when their key is
+        gone. ``written_as``: the type name the data was written under, when an upcaster
+        renamed it (the name is part of what the ciphertext is bound to)."""
+        key_store = self._keys()
+        type_name = written_as or self.type_name
+        changes: dict[str, str] = {}
+        subject: str | None = None
+        keys: dict[bytes, Any] = {}
+        for name, replacement in self.fields:
+            value = getattr(obj, name)
+            if type(value) is not str:
+                continue
+            sealed = parse_sealed(value, f"{type_name}.{name}")
+            if sealed is None:  # written in clear, before the field was declared personal
+                continue
+            if subject is None:
+                subject = self._subject(obj)
+            if sealed.key_id not in keys:
+                keys[sealed.key_id] = key_store.key_for(subject, sealed.key_id)
+            key = keys[sealed.key_id]
+            changes[name] = (replacement if key is None
+                             else open_text(key, sealed, subject, type_name, name))
+        return self._copy(obj, changes) if changes else obj

@@ -1,0 +1,173 @@
+"""Where data subjects' keys live: the :class:`KeyStore` interface, a memory store and a cache.
+
+A key store gives each data subject one key, made on first use, until the subject is
+forgotten: ``forget`` deletes the key, and every value sealed with it reads as its field's
+replacement from then on (a later ``get_or_create`` makes a new key with a new id: old values
+stay unreadable). The methods take many subjects at once (one request for a batch), with
+one-subject shorthands. To keep keys elsewhere (a KMS, a vault), subclass :class:`KeyStore`
+and implement the three abstract methods; wrap it in a :class:`KeyCache`.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import threading
+import time
+from collections.abc import Callable, Collection
+
+from cqrs.personal.cipher import SubjectKey
+
+__all__ = ["KeyCache", "KeyStore", "MemoryKeyStore"]
+
+
+class KeyStore(abc.ABC):
+    """The data keys of data subjects (a subject is a person's id, e.g. a customer id)."""
+
+    @abc.abstractmethod
+    def get_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
+        """The keys of those of ``subjects`` that have one."""
+
+    @abc.abstractmethod
+    def get_or_create_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
+        """The key of every one of ``subjects``, made now for those without one. Two processes
+        making a subject's first key at once get the same key."""
+
+    @abc.abstractmethod
+    def forget(self, subject: str) -> bool:
+        """Delete ``subject``'s key (True if it had one): its sealed values are unreadable
+        from now on, everywhere they were copied."""
+
+    def get(self, subject: str) -> SubjectKey | None:
+        """``subject``'s key, or None (never had one, or forgotten)."""
+        return self.get_many((subject,)).get(subject)
+
+    def get_or_create(self, subject: str) -> SubjectKey:
+        """``subject``'s key, made now if it has none."""
+        return self.get_or_create_many((subject,))[subject]
+
+    def key_for(self, subject: str, key_id: bytes) -> SubjectKey | None:
+        """The key with ``key_id`` if it is still ``subject``'s key (what opening a sealed
+        value needs), else None: the value was sealed before the subject was forgotten."""
+        key = self.get(subject)
+        return key if key is not None and key.key_id == key_id else None
+
+    def close(self) -> None:  # noqa: B027 - optional
+        """Release connections (a memory store has none)."""
+
+
+class MemoryKeyStore(KeyStore):
+    """Keys in a dict: for tests, the in-process runner and examples (lost on exit)."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, SubjectKey] = {}
+        self._lock = threading.Lock()
+
+    def get_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
+        with self._lock:
+            return {s: self._keys[s] for s in subjects if s in self._keys}
+
+    def get_or_create_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
+        with self._lock:
+            return {s: self._keys.get(s) or self._keys.setdefault(s, SubjectKey.new())
+                    for s in subjects}
+
+    def forget(self, subject: str) -> bool:
+        with self._lock:
+            return self._keys.pop(subject, None) is not None
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+class KeyCache(KeyStore):
+    """A :class:`KeyStore` in front of another, keeping up to ``size`` keys for ``ttl_s``
+    seconds each (least recently used out first): a message's fields cost one dict look-up,
+    and the store is asked once per subject per ``ttl_s``.
+
+    A key forgotten through this cache is dropped at once; one forgotten by another process
+    is used here until its entry is ``ttl_s`` old. That a key id is gone is remembered for
+    good (an id is never made again), so old values of a forgotten subject cost no request.
+    """
+
+    def __init__(self, store: KeyStore, *, size: int = 100_000, ttl_s: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if size < 1:
+            raise ValueError(f"KeyCache size={size}: keep at least one key (e.g. 100000)")
+        self.store = store
+        self.size = size
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._keys: collections.OrderedDict[str, tuple[SubjectKey, float]] = (
+            collections.OrderedDict())
+        self._gone: collections.OrderedDict[tuple[str, bytes], None] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def _cached(self, subjects: Collection[str]) -> tuple[dict[str, SubjectKey], list[str]]:
+        found: dict[str, SubjectKey] = {}
+        missing: list[str] = []
+        stale = self._clock() - self.ttl_s
+        with self._lock:
+            for s in subjects:
+                entry = self._keys.get(s)
+                if entry is not None and entry[1] > stale:
+                    self._keys.move_to_end(s)
+                    found[s] = entry[0]
+                else:
+                    missing.append(s)
+        return found, missing
+
+    def _keep(self, keys: dict[str, SubjectKey]) -> None:
+        now = self._clock()
+        with self._lock:
+            for s, key in keys.items():
+                self._keys[s] = (key, now)
+                self._keys.move_to_end(s)
+            while len(self._keys) > self.size:
+                self._keys.popitem(last=False)
+
+    def _through(self, subjects: Collection[str],
+                 load: Callable[[Collection[str]], dict[str, SubjectKey]]) -> dict[str, SubjectKey]:
+        """The cached keys of ``subjects``, and the others from ``load`` (kept)."""
+        found, missing = self._cached(subjects)
+        if missing:
+            loaded = load(missing)
+            self._keep(loaded)
+            found.update(loaded)
+        return found
+
+    def get_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
+        return self._through(subjects, self.store.get_many)
+
+    def get_or_create_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
+        return self._through(subjects, self.store.get_or_create_many)
+
+    def forget(self, subject: str) -> bool:
+        with self._lock:
+            entry = self._keys.pop(subject, None)
+        if entry is not None:
+            self._remember_gone(subject, entry[0].key_id)
+        return self.store.forget(subject)
+
+    def key_for(self, subject: str, key_id: bytes) -> SubjectKey | None:
+        with self._lock:
+            if (subject, key_id) in self._gone:
+                return None
+        key = self.get(subject)
+        if key is not None and key.key_id != key_id:  # maybe a key made since we cached ours
+            with self._lock:
+                self._keys.pop(subject, None)
+            key = self.get(subject)
+        if key is not None and key.key_id == key_id:
+            return key
+        self._remember_gone(subject, key_id)
+        return None
+
+    def _remember_gone(self, subject: str, key_id: bytes) -> None:
+        with self._lock:
+            self._gone[(subject, key_id)] = None
+            while len(self._gone) > self.size:
+                self._gone.popitem(last=False)
+
+    def close(self) -> None:
+        self.store.close()
