@@ -11,7 +11,7 @@ from typing import Any
 
 from cqrs.config import CqrsConfig
 
-__all__ = ["register", "rows_json", "rows_table"]
+__all__ = ["arrow_rows", "register", "rows_json", "rows_table"]
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -73,28 +73,50 @@ def _times(args: argparse.Namespace) -> tuple[Any, Any]:
             None if args.until is None else parse_time(args.until))
 
 
-def rows_json(rows: list[Any]) -> str:
-    """Spark rows as a JSON array of objects (times in ISO-8601, bytes in base64)."""
+def arrow_rows(table: Any) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The column names and rows of an Arrow table (a query's result through ``toArrow``: times
+    keep their UTC offset), each value plain Python (a struct a dict, a map a dict, an array a
+    list); columns of the same name (a join's) stay apart."""
+    columns = [table.column(i) for i in range(table.num_columns)]
+    values = [[_plain(v, c.type) for v in c.to_pylist()] for c in columns]
+    return list(table.column_names), list(zip(*values, strict=True))
+
+
+def _plain(value: Any, kind: Any) -> Any:
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if pa.types.is_map(kind):
+        return {k: _plain(v, kind.item_type) for k, v in value}
+    if pa.types.is_struct(kind):
+        return {f.name: _plain(value[f.name], f.type) for f in kind}
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return [_plain(v, kind.value_type) for v in value]
+    return value
+
+
+def rows_json(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
+    """Rows as a JSON array of objects by column name (times in ISO-8601, bytes in base64)."""
     from cqrs.client.json_commands import to_jsonable
 
-    return json.dumps([to_jsonable(r.asDict(recursive=True)) for r in rows], indent=2)
+    return json.dumps([to_jsonable(dict(zip(columns, r, strict=True))) for r in rows], indent=2)
 
 
-def rows_table(columns: list[str], rows: list[Any]) -> str:
-    """Spark rows as a text table (structs, arrays and maps as JSON)."""
+def rows_table(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
+    """Rows as a text table (structs, arrays and maps as JSON; numbers to the right)."""
     from cqrs.cli.tables import render_table
     from cqrs.client.json_commands import to_jsonable
 
     def cell(value: Any) -> Any:
-        if isinstance(value, (dict, list, tuple)) or hasattr(value, "asDict"):
-            plain = value.asDict(recursive=True) if hasattr(value, "asDict") else value
-            return json.dumps(to_jsonable(plain), sort_keys=True)
+        if isinstance(value, (dict, list)):
+            return json.dumps(to_jsonable(value), sort_keys=True)
         if isinstance(value, (int, float, str)) or value is None:
             return value
         return to_jsonable(value)
 
-    numeric = [c for c, v in zip(columns, rows[0], strict=True)
-               if isinstance(v, (int, float)) and not isinstance(v, bool)] if rows else []
+    numeric = {c for r in rows for c, v in zip(columns, r, strict=True)
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return render_table(columns, [[cell(v) for v in r] for r in rows], max_width=60,
                         right=numeric)
 
@@ -113,8 +135,7 @@ def _run_sql(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     views = log_views(spark, args.app, since=since, until=until, source=args.source, cfg=cfg)
     try:
-        frame = spark.sql(args.query)
-        rows = frame.limit(args.max_rows + 1).collect()
+        columns, rows = arrow_rows(spark.sql(args.query).limit(args.max_rows + 1).toArrow())
     except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException / ParseException
         if type(exc).__module__.startswith("pyspark"):
             raise LogTableError(
@@ -123,10 +144,7 @@ def _run_sql(cfg: CqrsConfig, args: argparse.Namespace) -> int:
         raise
     more = len(rows) > args.max_rows
     rows = rows[:args.max_rows]
-    if args.json:
-        print(rows_json(rows))
-    else:
-        print(rows_table(frame.columns, rows))
+    print(rows_json(columns, rows) if args.json else rows_table(columns, rows))
     if more:
         print(f"... more rows than --max-rows {args.max_rows}: add a LIMIT, or raise --max-rows",
               file=sys.stderr)

@@ -269,23 +269,28 @@ def test_the_cli_parses_sql_and_archive() -> None:
 
 
 def test_sql_rows_print_as_a_table_and_as_json() -> None:
-    from pyspark.sql import Row
+    from cqrs.cli.log_cmd import arrow_rows, rows_json, rows_table
 
-    from cqrs.cli.log_cmd import rows_json, rows_table
-
-    rows = [Row(event_type="example.bank.Deposited", n=2, at=T0, s=Row(amount=5), b=b"\x01"),
-            Row(event_type="example.bank.Withdrawn", n=10, at=None, s=None, b=None)]
-    text = rows_table(["event_type", "n", "at", "s", "b"], rows)
-    lines = text.splitlines()
-    assert lines[0].split() == ["event_type", "n", "at", "s", "b"]
+    table = pa.table({
+        "event_type": ["example.bank.Deposited", "example.bank.Withdrawn"], "n": [2, 10],
+        "at": pa.array([T0, None], pa.timestamp("us", tz="UTC")),
+        "s": pa.array([{"amount": 5}, None], pa.struct([("amount", pa.int64())])),
+        "m": pa.array([{"a": [1]}, None], pa.map_(pa.string(), pa.list_(pa.int64()))),
+        "b": [b"\x01", None]})
+    columns, rows = arrow_rows(table)
+    assert columns == ["event_type", "n", "at", "s", "m", "b"]
+    assert rows[0][3:5] == ({"amount": 5}, {"a": [1]})
+    lines = rows_table(columns, rows).splitlines()
+    assert lines[0].split() == columns
     assert lines[2].startswith("example.bank.Deposited   2  2026-03-01T09:00:00+00:00")
-    assert '{"amount": 5}' in lines[2] and "AQ==" in lines[2]
+    assert '{"amount": 5}' in lines[2] and '{"a": [1]}' in lines[2] and "AQ==" in lines[2]
     assert lines[3].startswith("example.bank.Withdrawn  10  -")
     import json
 
-    assert json.loads(rows_json(rows))[0] == {
+    assert json.loads(rows_json(columns, rows))[0] == {
         "event_type": "example.bank.Deposited", "n": 2, "at": "2026-03-01T09:00:00+00:00",
-        "s": {"amount": 5}, "b": "AQ=="}
+        "s": {"amount": 5}, "m": {"a": [1]}, "b": "AQ=="}
+    assert arrow_rows(table.select([0, 0]))[1][0] == ("example.bank.Deposited",) * 2  # a join's
 
 
 def _record(the_app: App, aggregate_id: str, version: int, ev: Any) -> Any:
