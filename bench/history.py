@@ -31,7 +31,6 @@ import json
 import os
 import platform
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -43,7 +42,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from conversations import percentiles  # noqa: E402
-from harness import announce, encode_all, fresh_topics, produce, remove_fresh  # noqa: E402
+from harness import (  # noqa: E402
+    announce, encode_all, fresh_topics, produce, remove_fresh, served_http,
+)
 
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
 from cqrs.history import HistoryReader, log_table, states_as_of  # noqa: E402
@@ -71,7 +72,8 @@ def _process(spark: Any, cfg: CqrsConfig, topics: AppTopics, commands: list[tupl
     produce(cfg, topics.commands, encode_all(app, commands))
     started = time.monotonic()
     query = start_processor(spark, cfg, ProcessorOptions(
-        APP_REF, topics=topics, checkpoint=cfg.spark.checkpoint_location("bench-history", label)),
+        APP_REF, topics=topics,  # a checkpoint of the fresh topics' own (offsets are per topic)
+        checkpoint=cfg.spark.checkpoint_location("bench-history", cfg.kafka.topic_prefix + label)),
         available_now=True)
     query.awaitTermination()
     if query.exception() is not None:
@@ -89,12 +91,6 @@ def _timed(calls: int, fn: Any) -> list[float]:
     return times
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def one_aggregate(spark: Any, cfg: CqrsConfig, hot: int, reads: int) -> dict[str, Any]:
     topics = fresh_topics(cfg, app.name, "history-hot")
     cfg = _prefixed(cfg, topics)
@@ -104,47 +100,27 @@ def one_aggregate(spark: Any, cfg: CqrsConfig, hot: int, reads: int) -> dict[str
     started = time.monotonic()
     job = start_history(cfg, HistoryOptions(APP_REF, topics=topics), available_now=True)
     job.awaitTermination(600)
+    if job.exception() is not None or job.isActive:
+        raise RuntimeError(f"the history job did not finish: {job.exception()}")
     history_s = time.monotonic() - started
     rng = random.Random(7)
     out: dict[str, Any] = {"events": hot, "processor_s": round(seconds, 2),
                            "history_job_s": round(history_s, 2)}
     with HistoryReader(app, cfg, topics=topics) as history:
-        assert len(history.events(HOT, limit=hot).events) == hot, "the history job lagged"
+        written = len(history.events(HOT, limit=hot).events)
+        assert written == hot, f"the history holds {written} of the {hot} events"
         out["python_events"] = percentiles(_timed(reads, lambda: history.events(HOT, limit=hot)))
         print(f"RESULT HistoryReader.events(limit={hot}) {out['python_events']}", flush=True)
         out["python_state_at"] = percentiles(_timed(
             reads, lambda: history.state_at(HOT, version=rng.randint(1, hot))))
         print(f"RESULT HistoryReader.state_at(version=random) {out['python_state_at']}", flush=True)
-    import httpx
+    with served_http(APP_REF, cfg.kafka.topic_prefix, timeout_s=60) as http:
+        def get() -> None:
+            r = http.get(f"/aggregates/{HOT}/events", params={"limit": hot})
+            assert r.status_code == 200 and len(r.json()["events"]) == hot, r.text[:200]
 
-    port = _free_port()
-    env = {**os.environ, "CQRS_KAFKA_TOPIC_PREFIX": cfg.kafka.topic_prefix,
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    server = subprocess.Popen([sys.executable, "-m", "cqrs.cli.main", "serve", APP_REF, "--port",
-                               str(port)], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if http.get("/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.3)
-
-            def get() -> None:
-                r = http.get(f"/aggregates/{HOT}/events", params={"limit": hot})
-                assert r.status_code == 200 and len(r.json()["events"]) == hot, r.text[:200]
-
-            out["http_events"] = percentiles(_timed(reads, get))
-            print(f"RESULT GET /aggregates/{{id}}/events?limit={hot} {out['http_events']}",
-                  flush=True)
-    finally:
-        server.terminate()
-        server.wait(30)
+        out["http_events"] = percentiles(_timed(reads, get))
+        print(f"RESULT GET /aggregates/{{id}}/events?limit={hot} {out['http_events']}", flush=True)
     return out
 
 
