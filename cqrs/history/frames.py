@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from cqrs.app import App
     from cqrs.codec.registry import Codec
 
-__all__ = ["log_stream", "log_table", "log_views", "states_as_of"]
+__all__ = ["LogSource", "LogSpec", "decode_rows", "dedupe_rows", "log_stream", "log_table",
+           "log_views", "spec_codec", "state_of", "states_as_of"]
 
 KEY_COLUMNS: Final = ("aggregate_type", "aggregate_id", "version")
 

@@ -35,7 +35,8 @@ from cqrs.domain.decision import NewEvent, event_id_for
 from cqrs.domain.messages import type_name
 from cqrs.envelope import event_to_kafka
 from cqrs.history import (
-    ENVELOPE_COLUMNS, HistoryReader, log_stream, log_table, states_as_of, write_archive,
+    ENVELOPE_COLUMNS, ArchiveError, ArchiveExistsError, HistoryReader, LogTableError, log_stream,
+    log_table, states_as_of, write_archive,
 )
 from cqrs.history.job import HistoryOptions, start_history
 from cqrs.kafka_io import make_producer
@@ -223,6 +224,17 @@ def test_the_log_as_tables(cqrs_config: CqrsConfig, spark: Any,
             assert {f: g[f] for f in w[view]} == w[view]
             assert g["payload"][:2] == b"\xc3\x01" and str(g["day"]) == str(
                 w["recorded_at"].date())
+    with pytest.raises(ArchiveExistsError, match="exists: archive into a new folder"):
+        write_archive(spark, app, archive, cfg=cfg, topics=topics)
+    (tmp_path / "not-an-archive").mkdir()
+    (tmp_path / "not-an-archive" / "notes.txt").write_text("mine")
+    with pytest.raises(ArchiveExistsError, match="is not an archive"):
+        write_archive(spark, app, str(tmp_path / "not-an-archive"), overwrite=True, cfg=cfg,
+                      topics=topics)
+    with pytest.raises(ArchiveError, match="has no _cqrs_archive.json"):
+        log_table(spark, app, source=str(tmp_path / "not-an-archive"), cfg=cfg, topics=topics)
+    with pytest.raises(LogTableError, match="'no.Such' is not in app 'example-bank'"):
+        states_as_of(spark, app, "no.Such", cfg=cfg, topics=topics)
     assert _rows(log_table(spark, app, source=archive, cfg=cfg, topics=topics)) == every
     assert _rows(states_as_of(spark, app, Account, source=archive, cfg=cfg,
                               topics=topics)) == sorted(states.values(),
