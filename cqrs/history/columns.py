@@ -233,8 +233,17 @@ def view_names(names: Iterable[str]) -> dict[str, str]:
     for s in short.values():
         counts[s.lower()] = counts.get(s.lower(), 0) + 1
     taken = {c.lower() for c in (*ENVELOPE_COLUMNS, EVENTS_VIEW, "payload", "day")}
-    return {n: (short[n] if counts[short[n].lower()] == 1 and short[n].lower() not in taken
-                else _IDENT.sub("_", n)) for n in names}
+    views = {n: (short[n] if counts[short[n].lower()] == 1 and short[n].lower() not in taken
+                 else _IDENT.sub("_", n)) for n in names}
+    seen: dict[str, str] = {}
+    for name, view in views.items():
+        other = seen.setdefault(view.lower(), name)
+        if other != name:
+            raise LogTableError(
+                f"event types {other!r} and {name!r} both make the view and column name {view!r}: "
+                "give one of them another type name (@event(name=...) with an upcaster that "
+                "renames the old one)")
+    return views
 
 
 # ---- times -------------------------------------------------------------------------------------
@@ -257,7 +266,6 @@ def check_range(since: _dt.datetime | None, until: _dt.datetime | None) -> None:
         raise LogTableError(
             f"since {since.isoformat()} is not before until {until.isoformat()}: the range "
             "holds the events recorded at or after since and before until")
-
 
 
 # ---- history rows <-> Arrow ----------------------------------------------------------------------

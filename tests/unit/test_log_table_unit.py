@@ -189,6 +189,9 @@ def test_view_names_are_short_unless_two_types_share_one() -> None:
         "unit.log.Bare": "unit_log_Bare", "other.log.bare": "other_log_bare",
         "a.events": "a_events", "b.Version": "b_Version"}
     assert view_names(["x.y-z.Moved-On"]) == {"x.y-z.Moved-On": "Moved_On"}
+    with pytest.raises(LogTableError, match="'a.b-c.D' and 'a.b.c.D' both make the view and "
+                       "column name 'a_b_c_D'"):
+        view_names(["a.b-c.D", "a.b.c.D"])
 
 
 def test_event_types_are_checked_against_the_app() -> None:
