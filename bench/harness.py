@@ -13,7 +13,7 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -28,7 +28,7 @@ from cqrs.topics import AppTopics, delete_topics, ensure_topics, list_topics, to
 
 __all__ = [
     "Encoded", "ResultWatcher", "announce", "command_id_header", "encode_all", "fresh_topics",
-    "latency_summary", "produce", "remove_fresh", "timeout_for",
+    "latency_summary", "produce", "remove_fresh", "served_http", "timeout_for",
 ]
 
 COMMAND_ID_HEADER = "cqrs.command_id"
@@ -211,3 +211,40 @@ def announce(label: str) -> list[float]:
     load = [round(x, 2) for x in os.getloadavg()]
     print(f"\n== {label} (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})", flush=True)
     return load
+
+
+@contextlib.contextmanager
+def served_http(app_ref: str, topic_prefix: str, timeout_s: float = 30.0) -> Iterator[Any]:
+    """``cqrs serve APP`` in a subprocess on a free port (topics under ``topic_prefix``), and an
+    ``httpx.Client`` on it once ``/health`` answers; the server is stopped on the way out."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "CQRS_KAFKA_TOPIC_PREFIX": topic_prefix,
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    server = subprocess.Popen([sys.executable, "-m", "cqrs.cli.main", "serve", app_ref, "--port",
+                               str(port)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=timeout_s) as http:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if http.get("/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.3)
+            yield http
+    finally:
+        server.terminate()
+        server.wait(30)

@@ -11,10 +11,7 @@ other (the first read, which connects, is not counted). Needs the local stack (`
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (  # noqa: E402
-    announce, encode_all, fresh_topics, latency_summary, produce, remove_fresh,
+    announce, encode_all, fresh_topics, latency_summary, produce, remove_fresh, served_http,
 )
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
 from cqrs.processor.job import ProcessorOptions, start_processor  # noqa: E402
@@ -33,12 +30,6 @@ from cqrs.testing.example import Deposit, OpenAccount  # noqa: E402
 from cqrs.testing.example_app import app  # noqa: E402
 
 APP_REF = "cqrs.testing.example_app:app"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _summary(label: str, times: list[float]) -> None:
@@ -87,35 +78,16 @@ def measure_reads(cfg: CqrsConfig, args: argparse.Namespace) -> None:
             assert state is not None and state.version == 2
     _summary("state_reader", times)
 
-    import httpx
-
-    port = _free_port()
-    env = {**os.environ, "CQRS_KAFKA_TOPIC_PREFIX": prefix}
-    server = subprocess.Popen([sys.executable, "-m", "cqrs.cli.main", "serve", APP_REF, "--port",
-                               str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if http.get("/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.3)
-            assert http.get(f"/aggregates/{ids[0]}").status_code == 200  # connects
-            announce("GET /aggregates/{id}")
-            times = []
-            for _ in range(args.reads):
-                started = time.perf_counter()
-                r = http.get(f"/aggregates/{rng.choice(ids)}")
-                times.append(time.perf_counter() - started)
-                assert r.status_code == 200 and r.json()["version"] == 2
-        _summary("http", times)
-    finally:
-        server.terminate()
-        server.wait(30)
+    with served_http(APP_REF, prefix) as http:
+        assert http.get(f"/aggregates/{ids[0]}").status_code == 200  # connects
+        announce("GET /aggregates/{id}")
+        times = []
+        for _ in range(args.reads):
+            started = time.perf_counter()
+            r = http.get(f"/aggregates/{rng.choice(ids)}")
+            times.append(time.perf_counter() - started)
+            assert r.status_code == 200 and r.json()["version"] == 2
+    _summary("http", times)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ Thin on purpose: the command processor, topics and client are wired on top of it
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,9 @@ class App:
         # the data subjects' keys every codec_for uses, once use_key_store bound them
         self.key_store: KeyStore | None = None
         self.codec = self.codec_for(InMemorySchemaStore())
+        # the module whose top level built this app (through any factory): where its
+        # ``module:attribute`` reference is looked for first (see cqrs.loading.app_reference)
+        self.defined_in: str | None = _defining_module()
 
     def codec_for(self, store: SchemaStore, *, key_store: KeyStore | None = None) -> Codec:
         """A codec for this app's classes and upcasters bound to ``store``, with ``key_store``
@@ -105,6 +109,18 @@ class App:
             f"App({self.name!r}, aggregates={sorted(self.model.aggregates)}, "
             f"commands={len(self.model.commands)}, events={len(self.model.events)})"
         )
+
+
+def _defining_module() -> str | None:
+    """The name of the module whose top-level code is running (``App(...)`` built there, or in
+    a function it called), or ``None`` outside any module's top level."""
+    frame = sys._getframe(2)  # noqa: SLF001 - the caller of App.__init__ and up
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            name = frame.f_globals.get("__name__")
+            return name if isinstance(name, str) else None
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
 
 
 def _process_managers(model: DomainModel,

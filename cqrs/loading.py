@@ -13,7 +13,7 @@ from cqrs.errors import CqrsError
 if TYPE_CHECKING:
     from cqrs.app import App
 
-__all__ = ["AppReferenceError", "load_app", "load_object"]
+__all__ = ["AppReferenceError", "app_reference", "load_app", "load_object"]
 
 
 class AppReferenceError(CqrsError, LookupError):
@@ -67,3 +67,39 @@ def load_app(reference: str) -> App:
     if not isinstance(app, App):
         raise AppReferenceError(f"{reference!r} is a {type(app).__name__}, not a cqrs App")
     return app
+
+
+def app_reference(app: App | str) -> str:
+    """The ``module:attribute`` reference of an App (Spark executors import an app by it): a
+    reference is checked and returned; for an App object, the module whose top level built it
+    (:attr:`App.defined_in`) when it holds the app, else the first importable module (fewest
+    dots, then by name) that does. :class:`AppReferenceError` when no such module is loaded (an
+    app built in ``__main__``, a notebook or a function)."""
+    from cqrs.app import App
+
+    if isinstance(app, str):
+        load_app(app)
+        return app
+    if not isinstance(app, App):
+        raise AppReferenceError(f"{app!r} is a {type(app).__name__}, not a cqrs App or a "
+                                "'module:attribute' reference to one")
+    home = sys.modules.get(app.defined_in or "") if app.defined_in != "__main__" else None
+    if home is not None and getattr(home, "__spec__", None) is not None:
+        for attribute, value in vars(home).items():
+            if value is app:
+                return f"{app.defined_in}:{attribute}"
+    found = []
+    for name, module in list(sys.modules.items()):
+        # a module made in place (docs examples, notebooks) has no spec: executors cannot import it
+        if name == "__main__" or getattr(module, "__spec__", None) is None:
+            continue
+        for attribute, value in list(vars(module).items()):
+            if value is app:
+                found.append((name.count("."), name, attribute))
+    if not found:
+        raise AppReferenceError(
+            f"app {app.name!r} is not an attribute of any importable module, and Spark's "
+            "executors import an app by 'module:attribute': define it at the top level of a "
+            "module (e.g. myapp/__init__.py: app = App(...)) and pass that reference or the App")
+    _, module_name, attribute = min(found)
+    return f"{module_name}:{attribute}"

@@ -1,0 +1,426 @@
+"""The event log as Spark DataFrames: every event of an app (or of some event types, or of a time
+range) with its envelope as columns and its fields as typed columns, decoded by the app's codec
+with the schemas of the schemas topic and upcast to today's classes; the same as a streaming
+DataFrame; temporary views for Spark SQL (``cqrs sql``); and the state of every aggregate of a
+type as of a time, folded by the aggregates' own appliers.
+
+The log is read by Spark's Kafka source in batch, from the start of each partition to its end
+at the call (the DataFrame is that snapshot: acting on it again reads the same records), or from
+an archive that :func:`cqrs.history.archive.write_archive` wrote (``source=PATH``).
+Each record goes through the history job's own functions (:mod:`cqrs.history.rows`: record ->
+history row -> :func:`~cqrs.history.rows.decode_row`), in the executors, so a row of the
+DataFrame is what :class:`~cqrs.history.HistoryReader` answers for that event; columns as
+:mod:`cqrs.history.columns` says.
+
+>>> deposits = log_table(spark, app, event_types=["example.bank.Deposited"])   # doctest: +SKIP
+>>> deposits.groupBy("aggregate_id").sum("amount").show()                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from cqrs.config import CqrsConfig, cache_key, load_config
+from cqrs.domain.messages import type_name
+from cqrs.history.columns import (
+    ENVELOPE_COLUMNS, EVENTS_VIEW, ROW_COLUMNS, EventLayout, LogTableError, StateLayout,
+    aware_time, check_range, event_type_names, row_schema, rows_from_arrow, rows_to_arrow,
+    view_names, written_type_names,
+)
+from cqrs.history.rows import HistoricState, HistoryRow, decode_row, fold
+from cqrs.topics import AppTopics, topics_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from cqrs.app import App
+    from cqrs.codec.registry import Codec
+
+__all__ = ["LogSource", "LogSpec", "decode_rows", "dedupe_rows", "log_stream", "log_table",
+           "log_views", "spec_codec", "state_of", "states_as_of"]
+
+KEY_COLUMNS: Final = ("aggregate_type", "aggregate_id", "version")
+
+
+# ---- where the log is, and what the executors need --------------------------------------------
+
+
+@attrs.frozen
+class LogSpec:
+    """What an executor needs to decode an app's log (pickled into Spark's tasks): the app by
+    reference, the configuration, and the schemas: the schemas topic's, or those an archive
+    keeps (their JSON)."""
+
+    cfg: CqrsConfig
+    app_ref: str
+    schemas_topic: str
+    archived_schemas: tuple[str, ...] | None = None
+
+
+_CODECS: dict[str, Any] = {}
+_CODECS_LOCK = threading.Lock()
+
+
+def spec_codec(spec: LogSpec) -> Codec:
+    """The app's codec bound to the spec's schemas, built once per Python worker."""
+    key = cache_key(spec)
+    with _CODECS_LOCK:
+        codec = _CODECS.get(key)
+        if codec is None:
+            from cqrs.loading import load_app
+
+            codec = _CODECS[key] = load_app(spec.app_ref).codec_for(_store(spec))
+        return codec
+
+
+def _store(spec: LogSpec) -> Any:
+    from cqrs.codec.schema_store import InMemorySchemaStore
+
+    if spec.archived_schemas is not None:
+        return InMemorySchemaStore({str(i).encode(): json.loads(s)
+                                    for i, s in enumerate(spec.archived_schemas)})
+    from cqrs.codec.kafka_schema_store import KafkaSchemaStore
+
+    cfg = spec.cfg
+    return KafkaSchemaStore(cfg.kafka.bootstrap_servers, spec.schemas_topic,
+                            cfg.kafka.client_options())
+
+
+@attrs.frozen
+class LogSource:
+    """An app's log as the driver sees it: the events topic (with its offsets at the time the
+    source was opened) or an archive's folder."""
+
+    app: Any  # the App
+    spec: LogSpec
+    topic: str | None = None
+    marks: dict[int, tuple[int, int]] | None = None  # partition -> (low, high) of the topic
+    path: str | None = None  # an archive instead of the topic
+
+    @classmethod
+    def open(cls, spark: SparkSession, app: App | str, *, cfg: CqrsConfig | None = None,
+             topics: AppTopics | None = None, source: str | None = None) -> LogSource:
+        """The log of ``app`` (an App or its ``module:attribute``): its events topic, or the
+        archive at ``source``. Checks the app's classes read every stored schema
+        (:class:`~cqrs.codec.IncompatibleSchemaError` names what does not)."""
+        from cqrs.codec.registry import check_compatibility
+        from cqrs.loading import app_reference, load_app
+
+        ref = app_reference(app)
+        the_app = load_app(ref)
+        cfg = cfg or load_config()
+        topics = topics or topics_for(the_app.name, cfg.kafka.topic_prefix)
+        if source is not None:
+            from cqrs.history.archive import read_archive_meta
+
+            from cqrs.codec.schema import canonical_json
+
+            meta = read_archive_meta(spark, source)
+            spec = LogSpec(cfg, ref, topics.schemas,
+                           tuple(canonical_json(s) for s in meta["schemas"].values()))
+            opened = cls(the_app, spec, path=source)
+        else:
+            from cqrs.kafka_io import watermarks
+
+            marks = watermarks(cfg, topics.events)  # TopicNotFoundError names a missing topic
+            opened = cls(the_app, LogSpec(cfg, ref, topics.schemas), topic=topics.events,
+                         marks=marks)
+        store = _store(opened.spec)
+        try:
+            check_compatibility(store, the_app.codec_for(store))
+        finally:
+            if hasattr(store, "close"):
+                store.close()
+        return opened
+
+    def rows(self, spark: SparkSession, *, written_types: Iterable[str] | None = None,
+             aggregate_type: str | None = None, since: _dt.datetime | None = None,
+             until: _dt.datetime | None = None, until_inclusive: bool = False) -> DataFrame:
+        """History rows (:data:`~cqrs.history.columns.ROW_COLUMNS`) of the events written under
+        ``written_types`` (all: ``None``) of ``aggregate_type`` (all: ``None``), recorded at or
+        after ``since`` and before ``until`` (at or before, ``until_inclusive``)."""
+        if self.path is not None:
+            return _archive_rows(spark, self.path, written_types, aggregate_type, since, until,
+                                 until_inclusive)
+        assert self.topic is not None and self.marks is not None
+        frame = (spark.read.format("kafka").options(**self.spec.cfg.kafka.spark_options())
+                 .option("subscribe", self.topic)
+                 .option("startingOffsets", _offsets_json(self.topic, self.marks, 0))
+                 .option("endingOffsets", _offsets_json(self.topic, self.marks, 1))
+                 .option("includeHeaders", "true")
+                 .load())
+        return _record_rows(frame, written_types, aggregate_type, since, until, until_inclusive)
+
+
+def _offsets_json(topic: str, marks: dict[int, tuple[int, int]], which: int) -> str:
+    return json.dumps({topic: {str(p): lh[which] for p, lh in marks.items()}})
+
+
+def _record_rows(frame: DataFrame, written_types: Iterable[str] | None,
+                 aggregate_type: str | None, since: _dt.datetime | None,
+                 until: _dt.datetime | None, until_inclusive: bool) -> DataFrame:
+    """Kafka records (batch or stream) -> history rows. The filters on the envelope run in the
+    JVM, on the records' headers and Kafka timestamp, so what is not asked for is never decoded."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from cqrs.processor.job import header_expr
+
+    if written_types is not None:
+        frame = frame.where(F.expr(header_expr("cqrs.message_type")).cast("string")
+                            .isin(sorted(written_types)))
+    if aggregate_type is not None:
+        frame = frame.where(F.expr(header_expr("cqrs.aggregate_type")).cast("string")
+                            == aggregate_type)
+    if since is not None:
+        frame = frame.where(F.col("timestamp") >= F.lit(since))
+    if until is not None:
+        frame = frame.where(F.col("timestamp") <= F.lit(until) if until_inclusive
+                            else F.col("timestamp") < F.lit(until))
+    return (frame.select("key", "value", "headers", "partition", "offset", "timestamp")
+            .mapInArrow(_records_to_rows, from_arrow_schema(row_schema())))
+
+
+def _records_to_rows(batches: Iterator[Any]) -> Iterator[Any]:
+    """Kafka records -> history rows, by the history job's own function (records that are not
+    events, or not readable, are passed over as the history job passes them over)."""
+    import pyarrow as pa
+
+    from cqrs.history.job import HistoryRun
+
+    for batch in batches:
+        recorded_ms = [us // 1000 for us in batch.column("timestamp").cast(pa.int64()).to_pylist()]
+        records = list(zip(*(batch.column(n).to_pylist()
+                             for n in ("key", "value", "headers", "partition", "offset")),
+                           recorded_ms, strict=True))
+        rows, _ = HistoryRun.rows(records)
+        yield rows_to_arrow(rows)
+
+
+def _archive_rows(spark: SparkSession, path: str, written_types: Iterable[str] | None,
+                  aggregate_type: str | None, since: _dt.datetime | None,
+                  until: _dt.datetime | None, until_inclusive: bool) -> DataFrame:
+    """An archive's history rows: its folders of the event types asked for, its days of the
+    range (Spark reads no other file)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import DateType, StructField
+
+    schema = from_arrow_schema(row_schema()).add(StructField("day", DateType()))
+    frame = spark.read.schema(schema).option("basePath", path).parquet(path)
+    if written_types is not None:
+        frame = frame.where(F.col("event_type").isin(sorted(written_types)))
+    if aggregate_type is not None:
+        frame = frame.where(F.col("aggregate_type") == aggregate_type)
+    if since is not None:
+        frame = frame.where((F.col("day") >= F.lit(since.date())) &
+                            (F.col("recorded_at") >= F.lit(since)))
+    if until is not None:
+        frame = frame.where((F.col("day") <= F.lit(until.date())) &
+                            (F.col("recorded_at") <= F.lit(until) if until_inclusive
+                             else F.col("recorded_at") < F.lit(until)))
+    return frame.select(*ROW_COLUMNS)
+
+
+def dedupe_rows(rows: DataFrame) -> DataFrame:
+    """One row per aggregate and version: the copies a re-run micro-batch wrote again (Spark's
+    Kafka sink is at-least-once; a copy holds the same event) give way to the last one written,
+    the one the history table keeps."""
+    from pyspark.sql import functions as F
+
+    rest = [c for c in ROW_COLUMNS if c not in KEY_COLUMNS]
+    return (rows.groupBy(*KEY_COLUMNS)
+            .agg(F.max_by(F.struct(*rest), F.struct("partition", "offset")).alias("_row"))
+            .select(*KEY_COLUMNS, "_row.*").select(*ROW_COLUMNS))
+
+
+def decode_rows(rows: DataFrame, spec: LogSpec, names: tuple[str, ...], *, flat: bool,
+                payload: bool = False) -> DataFrame:
+    """History rows -> events of ``names`` in the columns of an
+    :class:`~cqrs.history.columns.EventLayout` (decoded in the executors)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from cqrs.loading import load_app
+
+    layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
+    return rows.mapInArrow(_decoder(spec, names, flat, payload), from_arrow_schema(layout.schema()))
+
+
+def _decoder(spec: LogSpec, names: tuple[str, ...], flat: bool,
+             payload: bool) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        from cqrs.loading import load_app
+
+        codec = spec_codec(spec)
+        layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
+        wanted = set(names)
+        for batch in batches:
+            rows = rows_from_arrow(batch)
+            events = [decode_row(codec, r) for r in rows]
+            keep = [i for i, e in enumerate(events) if type_name(e.event) in wanted]
+            yield layout.batch([events[i] for i in keep],
+                               [rows[i].payload for i in keep] if payload else None)
+    return run
+
+
+# ---- the public functions ----------------------------------------------------------------------
+
+
+def log_table(spark: SparkSession, app: App | str, *,
+              event_types: Iterable[str | type] | str | type | None = None,
+              since: _dt.datetime | None = None, until: _dt.datetime | None = None,
+              source: str | None = None, dedupe: bool = True, cfg: CqrsConfig | None = None,
+              topics: AppTopics | None = None) -> DataFrame:
+    """The events of ``app`` (an App defined in an importable module, or its
+    ``module:attribute``) as a DataFrame: the envelope as columns
+    (:data:`~cqrs.history.columns.ENVELOPE_COLUMNS`), then
+
+    - with one event type asked for (``event_types="example.bank.Deposited"``, a class, or a
+      list of one): that type's fields as columns;
+    - otherwise (several types, or ``None``: every event type of the app): one struct column per
+      type, named by its last name part (``Deposited``, see
+      :func:`~cqrs.history.columns.view_names`), holding the fields on that type's rows and null
+      on the others (``deposits.amount``, or ``select("Deposited.*")``).
+
+    ``since`` / ``until`` (timezone-aware) keep the events Kafka recorded at or after ``since``
+    and before ``until``. ``source``: the folder of an archive (:func:`~cqrs.history.archive.
+    write_archive`) instead of the events topic. ``dedupe`` (default): one row per aggregate and
+    version (the copies a re-run batch wrote give way to the last one, as in the history table;
+    costs a shuffle). Events written by older classes show in today's shape (the app's
+    upcasters); ``schema_type`` and ``schema_version`` say what they were written with."""
+    since, until = aware_time(since, "since"), aware_time(until, "until")
+    check_range(since, until)
+    src = LogSource.open(spark, app, cfg=cfg, topics=topics, source=source)
+    names = event_type_names(src.app, event_types)
+    flat = event_types is not None and len(names) == 1
+    rows = src.rows(spark, written_types=written_type_names(src.app, names), since=since,
+                    until=until)
+    if dedupe and source is None:  # an archive was written deduplicated
+        rows = dedupe_rows(rows)
+    return decode_rows(rows, src.spec, names, flat=flat)
+
+
+def log_stream(spark: SparkSession, app: App | str, *,
+               event_types: Iterable[str | type] | str | type | None = None,
+               starting_offsets: str = "earliest", max_offsets_per_trigger: int | None = None,
+               cfg: CqrsConfig | None = None, topics: AppTopics | None = None) -> DataFrame:
+    """:func:`log_table` as a streaming DataFrame over the events topic (the same columns),
+    from ``starting_offsets`` ("earliest", "latest" or Spark's JSON of offsets). Not
+    deduplicated: a copy written again by a re-run batch shows again (drop it by
+    ``aggregate_type``, ``aggregate_id`` and ``version``, e.g. with
+    ``dropDuplicatesWithinWatermark``)."""
+    src = LogSource.open(spark, app, cfg=cfg, topics=topics)
+    names = event_type_names(src.app, event_types)
+    flat = event_types is not None and len(names) == 1
+    reader = (spark.readStream.format("kafka").options(**src.spec.cfg.kafka.spark_options())
+              .option("subscribe", src.topic)
+              .option("startingOffsets", starting_offsets)
+              .option("includeHeaders", "true")
+              .option("failOnDataLoss", "true"))
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    rows = _record_rows(reader.load(), written_type_names(src.app, names), None, None, None,
+                        False)
+    return decode_rows(rows, src.spec, names, flat=flat)
+
+
+def log_views(spark: SparkSession, app: App | str, *, since: _dt.datetime | None = None,
+              until: _dt.datetime | None = None, source: str | None = None,
+              cfg: CqrsConfig | None = None, topics: AppTopics | None = None) -> dict[str, str]:
+    """Register temporary views of the app's log for Spark SQL: ``events`` (every event's
+    envelope) and one per event type, named by :func:`~cqrs.history.columns.view_names`
+    (``Deposited``), with the envelope and that type's fields. Returns ``{view: event type}``
+    (``events`` -> ``"*"``). Each query reads the log again (and decodes only the types it
+    names)."""
+    since, until = aware_time(since, "since"), aware_time(until, "until")
+    check_range(since, until)
+    src = LogSource.open(spark, app, cfg=cfg, topics=topics, source=source)
+    names = event_type_names(src.app, None)
+
+    def frame(wanted: tuple[str, ...], flat: bool) -> DataFrame:
+        rows = src.rows(spark, written_types=written_type_names(src.app, wanted), since=since,
+                        until=until)
+        return decode_rows(rows if source is not None else dedupe_rows(rows), src.spec, wanted,
+                           flat=flat)
+
+    frame(names, False).select(*ENVELOPE_COLUMNS).createOrReplaceTempView(EVENTS_VIEW)
+    views = {EVENTS_VIEW: "*"}
+    for name, view in view_names(names).items():
+        frame((name,), True).createOrReplaceTempView(view)
+        views[view] = name
+    return views
+
+
+def states_as_of(spark: SparkSession, app: App | str, aggregate: str | type,
+                 at: _dt.datetime | None = None, *, source: str | None = None,
+                 cfg: CqrsConfig | None = None, topics: AppTopics | None = None) -> DataFrame:
+    """The state of every aggregate of type ``aggregate`` (class or type name) as of ``at``
+    (timezone-aware; ``None``: the end of the log): one row per aggregate that existed then,
+    after its last event recorded at or before ``at``, folded from version 1 by the aggregate's
+    own appliers (:func:`cqrs.history.rows.fold`, what ``HistoryReader.state_at`` runs), with
+    :data:`~cqrs.history.columns.STATE_COLUMNS` and the state's fields as columns (null after a
+    terminal event: ``deleted``)."""
+    at = aware_time(at, "at")
+    src = LogSource.open(spark, app, cfg=cfg, topics=topics, source=source)
+    name = aggregate if isinstance(aggregate, str) else type_name(aggregate)
+    if name not in src.app.model.aggregates:
+        raise LogTableError(
+            f"aggregate type {name!r} is not in app {src.app.name!r} (types: "
+            f"{sorted(src.app.model.aggregates)}): pass one of these")
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    cls = src.app.model.entry(name).aggregate_class
+    rows = src.rows(spark, aggregate_type=name, until=at, until_inclusive=True)
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
+    ordered = (rows.repartition(partitions, "aggregate_id")
+               .sortWithinPartitions("aggregate_id", "version", "partition", "offset"))
+    return ordered.mapInArrow(_folder(src.spec, name),
+                              from_arrow_schema(StateLayout(cls).schema()))
+
+
+def state_of(cls: type, codec: Any, rows: list[HistoryRow]) -> HistoricState | None:
+    """One aggregate's state after the rows it has, in version order (copies of a version
+    adjacent: the last one counts): the fold of its versions 1 to the first missing one, or
+    ``None`` when it has no version 1."""
+    prefix: list[HistoryRow] = []
+    for r in rows:
+        if prefix and r.version == prefix[-1].version:
+            prefix[-1] = r  # a copy written again: the later one, as the history table keeps
+            continue
+        if r.version != len(prefix) + 1:
+            break
+        prefix.append(r)
+    if not prefix:
+        return None
+    return fold(cls, [decode_row(codec, r) for r in prefix], version=len(prefix))
+
+
+def _folder(spec: LogSpec, aggregate_type: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """A partition of history rows sorted by aggregate id and version -> one state each."""
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        from cqrs.loading import load_app
+
+        codec = spec_codec(spec)
+        cls = load_app(spec.app_ref).model.entry(aggregate_type).aggregate_class
+        layout = StateLayout(cls)
+        pending: list[HistoryRow] = []  # one aggregate's rows, possibly across batches
+        for batch in batches:
+            states = []
+            for r in rows_from_arrow(batch):
+                if pending and r.aggregate_id != pending[0].aggregate_id:
+                    states.append(state_of(cls, codec, pending))
+                    pending = []
+                pending.append(r)
+            found = [s for s in states if s is not None]
+            if found:
+                yield layout.batch(found)
+        last = state_of(cls, codec, pending) if pending else None
+        if last is not None:
+            yield layout.batch([last])
+    return run
