@@ -437,6 +437,19 @@ class ProcessorSettings:
         "for a burst; 1 where the processor shares its Spark driver, as in `cqrs run app`, "
         "leaving the other cores to the other queries).",
     )
+    slow_decision_s: float = setting(
+        0.25, "CQRS_PROCESSOR_SLOW_DECISION",
+        "Seconds an aggregate's decision may run before the serving task sets that aggregate "
+        "aside: its decision goes on in a lane of its own (its later commands queue behind it, "
+        "in order) while the task decides every other aggregate. 0: never (a slow handler "
+        "then holds up every aggregate of its task).",
+    )
+    decision_budget_s: float = setting(
+        30.0, "CQRS_PROCESSOR_DECISION_BUDGET",
+        "Seconds a command's decision (its handler and the appliers of its events) may run: "
+        "past it the command is answered failed (DecisionTimeoutError) and dead-lettered, and "
+        "its aggregate goes on with the next command. 0: no budget.",
+    )
     max_commands_per_batch: int = setting(
         100000, "CQRS_PROCESSOR_MAX_COMMANDS_PER_BATCH",
         "Commands a micro-batch takes at most when more wait (0: all of them): bounds the "

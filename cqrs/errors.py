@@ -8,6 +8,7 @@ Messages name the offending value and say what to do about it.
 from __future__ import annotations
 
 __all__ = [
+    "DecisionTimeoutError",
     "CqrsError",
     "KafkaUnavailableError",
     "RecordTooLargeError",
@@ -234,3 +235,12 @@ class RecordTooLargeError(CqrsError, ValueError):
     """A record is over the largest Kafka record the framework writes
     (:meth:`cqrs.config.KafkaSettings.max_record_bytes`). The processor answers a command whose
     events or result would be such a record with a ``failed`` result of this error type."""
+
+
+class DecisionTimeoutError(CqrsError, TimeoutError):
+    """A decision (a command's handler and the appliers of its events) ran past the processor's
+    time budget (``[processor] decision_budget_s``): its command is answered ``failed`` with
+    this error type and dead-lettered, and the aggregate's later commands go on from the state
+    before it. The thread that ran it is abandoned (its outcome is never written) and asked to
+    stop; a handler blocked in a call that ignores that (a C extension's wait) runs on, and
+    whatever it does outside the framework (an external call) happens anyway."""

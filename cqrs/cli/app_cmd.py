@@ -107,7 +107,9 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
                     dead_letters_written=s.dead_letters, read_s=s.read_s, step_s=s.step_s,
                     produce_s=s.produce_s, write_s=s.write_s, cpu_s=s.cpu_s,
                     deadlines_scheduled=s.deadlines_scheduled,
-                    deadlines_cancelled=s.deadlines_cancelled)
+                    deadlines_cancelled=s.deadlines_cancelled,
+                    decisions_set_aside=s.set_aside, decisions_timed_out=s.timed_out)
+        board.set_running_long(s.lanes_open, s.longest_decision, s.longest_decision_s)
 
     stop_file = new_stop_file()
 

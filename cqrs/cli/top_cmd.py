@@ -91,6 +91,10 @@ def render_top(s: dict[str, Any], *, colour: bool = True) -> str:
                      f"{_n(counters.get('deadlines_scheduled', 0))}  cancelled "
                      f"{_n(counters.get('deadlines_cancelled', 0))}  fired {_n(fired)}  "
                      f"mean lateness {_n(late, 2)} s")
+    long = s.get("running_long")
+    if long:
+        lines.append(c(STATE_COLOURS["failed"], f"running long: {long['aggregates']} aggregate(s) set aside; longest "
+                            f"{long['longest']} for {_n(long['seconds'], 1)} s"))
     if s["dead_letters"]:
         lines.append("dead letters waiting: " + "  ".join(
             f"{d['stage']} {_n(d['waiting'])}" for d in s["dead_letters"]))

@@ -109,6 +109,7 @@ class StatusBoard:
         self._projections: list[dict[str, Any]] = []
         self._memory: dict[str, int] = {}
         self._gauges: dict[str, float] = {}  # set_gauges: e.g. deadlines_waiting
+        self._running_long: dict[str, Any] | None = None  # set_running_long
         self._ready_s: float | None = None  # every query ready (see QueryFigures.ready)
         self._active_s: float | None = None
         self._events: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
@@ -260,6 +261,14 @@ class StatusBoard:
                 else:
                     self._gauges[k] = float(v)
 
+    def set_running_long(self, lanes: int, longest: str, seconds: float) -> None:
+        """The processor's aggregates set aside at the end of its last batch (see
+        :mod:`cqrs.processor.lanes`) and the longest decision running among them."""
+        with self._lock:
+            self._running_long = ({"aggregates": lanes, "longest": longest or None,
+                                   "seconds": round(seconds, 3) if longest else None}
+                                  if lanes else None)
+
     def set_memory(self, rss: Mapping[str, int]) -> None:
         with self._lock:
             self._memory = dict(rss)
@@ -298,6 +307,7 @@ class StatusBoard:
                 "queries": queries,
                 "counters": dict(self._counters),
                 "gauges": dict(self._gauges),
+                "running_long": self._running_long,
                 "projector_counters": {k: dict(v) for k, v in self._projector_counters.items()},
                 "topics": {t: {str(p): e for p, e in sorted(ends.items())}
                            for t, ends in sorted(self._ends.items())},

@@ -57,6 +57,12 @@ COUNTERS: dict[str, tuple[str, dict[str, str], str]] = {
     "history_rows": ("cqrs_history_rows_written", {},
                      "Events the history job wrote to the history table (again after a restart "
                      "or a replay)."),
+    "decisions_set_aside": ("cqrs_decisions_set_aside", {},
+                            "Aggregates set aside in a lane of their own because a decision of "
+                            "theirs ran past [processor] slow_decision_s."),
+    "decisions_timed_out": ("cqrs_decisions_timed_out", {},
+                            "Commands answered failed because their decision ran past [processor] "
+                            "decision_budget_s."),
     "reaction_cpu_s": ("cqrs_process_manager_cpu_seconds", {},
                        "CPU seconds the process managers' reacting threads spent (decoding, "
                        "reacting, encoding; librdkafka's own threads not counted)."),
@@ -194,6 +200,17 @@ class StatusCollector:
         if "deadlines_waiting" in s.get("gauges", {}):
             waiting.add_metric([app], s["gauges"]["deadlines_waiting"])
         yield waiting
+
+        long = s.get("running_long") or {}
+        lanes = GaugeMetricFamily("cqrs_decisions_running_long", "Aggregates the processor has set "
+                                  "aside (a decision of theirs running long), at its last batch.",
+                                  labels=["app"])
+        lanes.add_metric([app], float(long.get("aggregates") or 0))
+        longest = GaugeMetricFamily("cqrs_longest_decision_seconds", "How long the longest "
+                                    "decision running at the processor's last batch had run.",
+                                    labels=["app"])
+        longest.add_metric([app], float(long.get("seconds") or 0.0))
+        yield from (lanes, longest)
 
         rss = GaugeMetricFamily("cqrs_resident_memory_bytes", "Resident memory of the runner's "
                                 "processes (driver JVM, Python driver, Python workers).",

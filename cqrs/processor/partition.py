@@ -41,9 +41,10 @@ import attrs
 from cqrs.config import CqrsConfig
 from cqrs.envelope import CONTENT_TYPE, MAX_AGGREGATE_ID_BYTES, Envelope, read_command
 from cqrs.errors import CqrsError
-from cqrs.processor.state_table import Position, StateTable, StoredAggregate
+from cqrs.processor.lanes import Decider, Item, Lane, Lanes, decide_items
+from cqrs.processor.state_table import HELD_MARK, Position, StateTable, StoredAggregate
 from cqrs.processor.step import (
-    UNDECODED, AggregateStep, InputRecord, OutputRecord,
+    UNDECODED, AggregateStep, InputRecord, OutputRecord, StepResult, Watch,
 )
 from cqrs.results import AggregateRecord
 from cqrs.scheduler.records import StoredDeadline
@@ -88,6 +89,11 @@ class SliceStats:
     state_reads: int = 0
     deadlines_scheduled: int = 0  # deadline changes written (after the records explaining them)
     deadlines_cancelled: int = 0
+    set_aside: int = 0  # aggregates whose decision ran long, set aside in lanes of their own
+    timed_out: int = 0  # commands whose decision ran past the budget, answered failed
+    lanes_open: int = 0  # at the end of a task: lanes of its partitions still deciding
+    longest_decision_s: float = 0.0  # at the end of a task: the longest decision running
+    longest_decision: str = ""  # ... which one: aggregate and command id
     fetch_s: float = 0.0  # reading the slice from Kafka (set by the caller that fetched it)
     read_s: float = 0.0
     step_s: float = 0.0
@@ -97,7 +103,14 @@ class SliceStats:
 
     def add(self, other: SliceStats) -> None:
         for f in attrs.fields(SliceStats):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+            if f.name not in _LONGEST:
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        if other.longest_decision_s > self.longest_decision_s:
+            self.longest_decision_s, self.longest_decision = (other.longest_decision_s,
+                                                              other.longest_decision)
+
+
+_LONGEST = ("longest_decision_s", "longest_decision")  # the greater of two, not their sum
 
 
 STATS_FIELDS = tuple(f.name for f in attrs.fields(SliceStats))
@@ -153,6 +166,19 @@ class StateCache:
         """Where the cached states of the partition stand (None: nothing cached)."""
         found = self._parts.get(part)
         return None if found is None else found[0]
+
+    def entries(self, part: Any) -> collections.OrderedDict[tuple[str, str], _Cached] | None:
+        """The partition's cached states, kept between slices (None: nothing cached)."""
+        found = self._parts.get(part)
+        return None if found is None else found[1]
+
+    def rewind(self, part: Any, next_offset: int) -> None:
+        """The partition's next slice starts at ``next_offset``, before where its last slice
+        ended (a lane holds commands there): the states stay valid, those of aggregates that
+        applied commands after it say so (their ``applied_offset``)."""
+        found = self._parts.get(part)
+        if found is not None:
+            self._parts[part] = (next_offset, found[1])
 
 
 _REQUIRED = ("cqrs.message_id", "cqrs.message_type", "cqrs.kind", "cqrs.aggregate_type",
@@ -216,6 +242,21 @@ class Worker:
         self._deadline_store: Any = None
         self.consumer: Any = None
         self.errors: list[str] = []
+        self.lanes = Lanes()  # aggregates set aside (see cqrs.processor.lanes)
+        self._decider: Decider | None = None
+
+    def decider(self) -> Decider:
+        """The thread that decides slices while the task's thread watches."""
+        if self._decider is None:
+            self._decider = Decider(self.step)
+        return self._decider
+
+    def replace_decider(self) -> Decider:
+        """A new decider: the current one's thread now serves a lane."""
+        if self._decider is not None:
+            self._decider.retired = True
+        self._decider = Decider(self.step)
+        return self._decider
 
     def settle(self, keep: int = 0) -> None:
         """Wait for the oldest state writes until at most ``keep`` are in flight. A write that
@@ -351,7 +392,7 @@ def process_slice(worker: Worker, topic: str, partition: int, messages: Sequence
 
 def process_slices(worker: Worker, topic: str,
                    slices: dict[int, tuple[Sequence[Message], int | None]],
-                   wait: bool = True) -> SliceStats:
+                   wait: bool = True, serving: set[int] | None = None) -> SliceStats:
     """Process slices of several partitions as one: each partition's commands as
     :func:`process_slice` does, then every record written to Kafka at once, then every state
     row (one wait for Kafka and one for Cassandra, whatever the number of partitions).
@@ -360,10 +401,15 @@ def process_slices(worker: Worker, topic: str,
     written once Kafka acknowledged them, which the next call (or :meth:`Worker.finish_sent`)
     waits for after deciding its own slices: deciding overlaps Kafka's round trip and
     Cassandra's. :meth:`Worker.settle` waits for the rows. A slice that needs an aggregate
-    whose row is not written yet (and no longer cached) waits for it before reading."""
+    whose row is not written yet (and no longer cached) waits for it before reading.
+
+    What the lanes of the ``serving`` partitions (default: the slices') decided is written
+    with the slices (see :mod:`cqrs.processor.lanes`); with no slice, only that."""
     stats = SliceStats()
     slices = {p: sl for p, sl in slices.items() if sl[0]}
-    if not slices:
+    lanes = worker.lanes.of_partitions(set(slices) if serving is None else serving) \
+        if worker.lanes else []
+    if not slices and not lanes:
         return stats
     cpu_started = time.process_time()
     # a slice allocates tens of objects per command; the collector's passes over them (and over
@@ -371,8 +417,12 @@ def process_slices(worker: Worker, topic: str,
     collecting = gc.isenabled()
     gc.disable()
     try:
+        from_lanes, back = _collect_lanes(worker, lanes, stats)
         grouped = [_group(worker, topic, p, messages, stats, start)
                    for p, (messages, start) in slices.items()]
+        _return_from_lanes(worker, grouped, back)
+        if worker.lanes:
+            _route_to_lanes(worker, grouped)
         # 2. state of every aggregate of the slices: the cache, else the table (one read)
         t0 = time.perf_counter()
         wanted = {k[1] for g in grouped for k in g.groups
@@ -383,13 +433,99 @@ def process_slices(worker: Worker, topic: str,
         stored = worker.table.read(worker.generation, sorted(wanted)) if wanted else {}
         stats.state_reads += len(wanted)
         stats.read_s += time.perf_counter() - t0
-        pending = [_decide(worker, g, stored, stats) for g in grouped]
-        _write(worker, pending, stats, wait)
+        pending = _decide(worker, grouped, stored, stats)
+        _write(worker, pending + from_lanes, stats, wait)
         stats.cpu_s = time.process_time() - cpu_started
         return stats
     finally:
         if collecting:
             gc.enable()
+
+
+def _collect_lanes(worker: Worker, lanes: list[Lane], stats: SliceStats,
+                   ) -> tuple[list[_Pending], list[tuple[Lane, _Cached | None]]]:
+    """What the lanes decided since the last call, to write, and the lanes now empty with the
+    state their aggregate goes back to the cache with. A decision past the budget is
+    abandoned here (see :meth:`Lane.check_budget`)."""
+    step, budget, now = worker.step, worker.cfg.processor.decision_budget_s, time.monotonic()
+    out: list[_Pending] = []
+    back: list[tuple[Lane, _Cached | None]] = []
+    for lane in lanes:
+        with lane.lock:
+            if lane.check_budget(step, budget, now):
+                stats.timed_out += 1
+            if lane.error is not None:  # the step's bug, not a handler's: fail the task, and
+                del worker.lanes.by_key[lane.key]  # decide its commands again when it re-runs
+                raise lane.error
+            done, lane.done = lane.done, []
+            empty = lane.thread is None and not lane.queue and not lane.inflight
+        agg_type, agg_id = lane.key
+        records: list[OutputRecord] = []
+        rows: list[StoredAggregate] = []
+        deadlines: list[StoredDeadline] = []
+        for result, applied in done:
+            records.extend(result.out)
+            deadlines.extend(result.deadlines)
+            if result.record is None or not applied:
+                continue
+            lane.commands += len(applied)
+            last = applied[-1]
+            lane.row = StoredAggregate(agg_id, agg_type, result.record.version, result.record.deleted,
+                                       step.dump_state(result.record), last.partition, last.offset,
+                                       lane.commands)
+            rows.append(lane.row)
+        if records or rows or deadlines:
+            out.append(_Pending(worker.part(step.topics.commands, lane.partition), -1, None,
+                                records, rows, deadlines))
+        if empty:
+            del worker.lanes.by_key[lane.key]
+            cached = None if lane.row is None or lane.record is None else \
+                _Cached(lane.row, lane.record, lane.decoded)
+            back.append((lane, cached))
+    return out, back
+
+
+def _report_lanes(worker: Worker, partitions: set[int], stats: SliceStats) -> None:
+    """The lanes still deciding at the end of a task, and the longest decision among them."""
+    now = time.monotonic()
+    for lane in worker.lanes.of_partitions(partitions):
+        stats.lanes_open += 1
+        rec, since = lane.watch.record, lane.watch.since
+        if rec is not None and now - since > stats.longest_decision_s:
+            env = rec.envelope
+            cid = None if env is None else env.command_id or env.message_id
+            stats.longest_decision_s = now - since
+            stats.longest_decision = f"{lane.key[0]} {lane.key[1][:80]!r}, command {cid!r}"
+
+
+def _return_from_lanes(worker: Worker, grouped: list[_Grouped],
+                       back: list[tuple[Lane, _Cached | None]]) -> None:
+    """Emptied lanes: their aggregates' states into their partitions' caches."""
+    for lane, cached in back:
+        if cached is None:
+            continue
+        part = worker.part(worker.step.topics.commands, lane.partition)
+        cache = next((g.cache for g in grouped if g.part == part), None)
+        if cache is None:
+            cache = worker.cache.entries(part)
+        if cache is not None:
+            cache[lane.key] = cached
+
+
+def _route_to_lanes(worker: Worker, grouped: list[_Grouped]) -> None:
+    """Commands of aggregates set aside go to the end of their lanes (in offset order), not to
+    the step; those a lane had already (read again after a held position) are dropped."""
+    for g in grouped:
+        for key in [k for k in g.groups if k in worker.lanes.by_key]:
+            lane = worker.lanes.by_key[key]
+            records = [r for r in g.groups.pop(key) if r.offset > lane.taken]
+            if not records:
+                continue
+            with lane.lock:
+                lane.queue.extend(records)
+                lane.taken = records[-1].offset
+                if lane.thread is None and lane.error is None:
+                    lane.start(worker.step)
 
 
 @attrs.define
@@ -398,7 +534,7 @@ class _Pending:
 
     part: tuple[Any, ...]
     next_offset: int
-    cache: collections.OrderedDict[tuple[str, str], _Cached]
+    cache: collections.OrderedDict[tuple[str, str], _Cached] | None  # None: a lane's
     out: list[OutputRecord]
     rows: list[StoredAggregate]
     deadlines: list[StoredDeadline]
@@ -415,7 +551,7 @@ def _write(worker: Worker, pending: list[_Pending], stats: SliceStats, wait: boo
     stats.records = len(out)
     step = worker.step
     _count(stats, out, step.topics.events, step.topics.results, step.topics.dead_letters)
-    parts = [p.part for p in pending]
+    parts = list({p.part: None for p in pending})
     ids = {r.aggregate_id for r in rows}
     t2 = time.perf_counter()
     worker.finish_sent()  # the previous slices' records: acknowledged by now, mostly
@@ -428,7 +564,8 @@ def _write(worker: Worker, pending: list[_Pending], stats: SliceStats, wait: boo
             worker.cache.drop(part)
         raise
     for p in pending:
-        worker.cache.put(p.part, p.next_offset, p.cache)
+        if p.cache is not None:
+            worker.cache.put(p.part, p.next_offset, p.cache)
     worker.sent = (rows, parts, ids, len(out), deadlines)
     t4 = time.perf_counter()
     stats.produce_s += t4 - t3
@@ -493,57 +630,85 @@ def _group(worker: Worker, topic: str, partition: int, messages: Sequence[Messag
     return _Grouped(part, next_offset, cache, groups)
 
 
-def _decide(worker: Worker, grouped: _Grouped, stored: dict[tuple[str, str], StoredAggregate],
-            stats: SliceStats) -> _Pending:
-    """3. of the module doc for one partition's slice."""
+def _decide(worker: Worker, grouped: list[_Grouped],
+            stored: dict[tuple[str, str], StoredAggregate], stats: SliceStats) -> list[_Pending]:
+    """3. of the module doc for the partitions' slices: the step per aggregate, in the worker's
+    decider thread while this one watches for a decision that runs long (that aggregate is set
+    aside in a lane of its own: :mod:`cqrs.processor.lanes`); then rows and cache, here."""
     t1 = time.perf_counter()
-    cache = grouped.cache
-    # 3. the step, per aggregate
     step = worker.step
-    out: list[OutputRecord] = []
-    rows: list[StoredAggregate] = []
-    deadlines: list[StoredDeadline] = []
-    aggregates = hits = skipped = 0  # counted here, added to the stats once
-    for key, records in grouped.groups.items():
-        agg_type, agg_id = key
-        if agg_id is None or agg_type is None:
-            out.extend(step.apply(None, None, None, records).out)
-            continue
-        aggregates += 1
-        hit = cache.get(key)
+    outs: list[list[OutputRecord]] = [[] for _ in grouped]
+    items: list[Item] = []
+    for i, g in enumerate(grouped):
+        for key, records in g.groups.items():
+            if key[0] is None or key[1] is None:  # dead-lettered by the step, at once
+                outs[i].extend(step.apply(None, None, None, records).out)
+            else:
+                items.append(Item(i, key, records))
+    hits = skipped = 0
+
+    def prepare(item: Item) -> bool:
+        """The item's state (cache, else the row read), without the commands it applied."""
+        nonlocal hits, skipped
+        hit = grouped[item.slice_index].cache.get(item.key)
         if hit is not None:
             hits += 1
-            row, record, decoded = hit.stored, hit.record, hit.decoded
+            item.row, item.record, item.decoded = hit.stored, hit.record, hit.decoded
         else:
-            row = stored.get(key)
-            record = None if row is None else step.load_state(row.record)
-            decoded = UNDECODED
+            row = item.row = stored.get(item.key)
+            item.record = None if row is None else step.load_state(row.record)
+            item.decoded = UNDECODED
+        row = item.row
         if row is not None:
-            fresh = [r for r in records
+            fresh = [r for r in item.records
                      if r.partition != row.source_partition or r.offset > row.applied_offset]
-            skipped += len(records) - len(fresh)
-            records = fresh
-            if not records:
-                continue
-        result = step.apply(agg_type, agg_id, record, records, decoded)
-        out.extend(result.out)
+            skipped += len(item.records) - len(fresh)
+            item.records = fresh
+        return bool(item.records)
+
+    def set_aside(item: Item, watch: Watch, thread: Any) -> Lane:
+        g = grouped[item.slice_index]
+        lane = Lane(item.key, g.part[3], item.row, item.record, item.decoded, watch, thread,
+                    list(item.records))
+        worker.lanes.by_key[item.key] = lane
+        g.cache.pop(item.key, None)  # the lane has its state now
+        return lane
+
+    slow_s = worker.cfg.processor.slow_decision_s
+    if slow_s > 0:
+        stats.set_aside += decide_items(worker.decider, worker.replace_decider, items, prepare,
+                                        set_aside, slow_s)
+    else:  # no lanes: decided here, one after the other
+        for item in items:
+            if prepare(item):
+                item.result = step.apply(item.key[0], item.key[1], item.record, item.records,
+                                         item.decoded)
+    pending = [_Pending(g.part, g.next_offset, g.cache, outs[i], [], []) for i, g in enumerate(grouped)]
+    for item in items:
+        result: StepResult | None = item.result
+        if item.lane is not None or result is None:
+            continue
+        slot = pending[item.slice_index]
+        slot.out.extend(result.out)
         if result.deadlines:
-            deadlines.extend(result.deadlines)
+            slot.deadlines.extend(result.deadlines)
         if result.record is None:
             continue
-        last = records[-1]
+        agg_type, agg_id = item.key
+        last, row = item.records[-1], item.row
         new_row = StoredAggregate(
             agg_id, agg_type, result.record.version, result.record.deleted,
             step.dump_state(result.record), last.partition, last.offset,
-            (row.commands if row is not None else 0) + len(records))
-        rows.append(new_row)
-        cache[key] = _Cached(new_row, result.record, result.state)
-        cache.move_to_end(key)
-    stats.aggregates += aggregates
+            (row.commands if row is not None else 0) + len(item.records))
+        slot.rows.append(new_row)
+        cache = grouped[item.slice_index].cache
+        cache[item.key] = _Cached(new_row, result.record, result.state)
+        cache.move_to_end(item.key)
+    stats.aggregates += len(items)
     stats.cache_hits += hits
     stats.skipped += skipped
     stats.step_s += time.perf_counter() - t1
-    return _Pending(grouped.part, grouped.next_offset, cache, out, rows, deadlines)
+    return pending
 
 
 MAX_WRITES_IN_FLIGHT = 4  # state writes a serving task lets run behind its decisions
@@ -626,10 +791,14 @@ def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
     worker.cache.serving = {worker.part(topic, p) for p in ranges}
     for p, (planned, _) in ranges.items():
         pos = positions.get(p)
-        if pos is None or pos.writer != worker.token or worker.cache.next_offset(worker.part(topic, p)) != pos.next_offset:
+        if pos is None or pos.owner != worker.token or worker.cache.next_offset(worker.part(topic, p)) != pos.next_offset:
             worker.cache.drop(worker.part(topic, p))
-        start[p] = planned if pos is None else max(planned, pos.next_offset)
+            worker.lanes.drop_partition(p)  # another worker applied commands since: start over
+        # a held position stands at a lane's first command, maybe before Spark's plan
+        start[p] = planned if pos is None else pos.next_offset if pos.held else \
+            max(planned, pos.next_offset)
     ends = {p: end for p, (_, end) in ranges.items()}
+    served = set(ranges)
     nxt = dict(start)
     waiting = {p for p in ranges if nxt[p] < ends[p]}
     if not waiting and serve_until is None:
@@ -660,14 +829,16 @@ def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
             if got:
                 c0 = time.perf_counter()
                 stats.add(process_slices(worker, topic, {p: (m, nxt[p]) for p, m in got.items()},
-                                         wait=False))
+                                         wait=False, serving=served))
                 taken = sum(len(m) for m in got.values())
                 if taken >= MIN_CHUNK:  # a few commands' time is mostly a chunk's fixed costs
                     per_command = (per_command + (time.perf_counter() - c0) / taken) / 2
                 for p, messages in got.items():
                     nxt[p] = messages[-1][3] + 1
-            else:  # nothing came: write what the last slices decided meanwhile
+            else:  # nothing came: write what the last slices (and the lanes) decided meanwhile
                 w0 = time.perf_counter()
+                if worker.lanes:
+                    stats.add(process_slices(worker, topic, {}, wait=False, serving=served))
                 worker.finish_sent()
                 stats.write_s += time.perf_counter() - w0
             for p in list(waiting):
@@ -682,6 +853,8 @@ def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
                     f"{ {p: ends[p] for p in waiting} } within {timeout_s:.0f} s: is Kafka at "
                     f"{worker.cfg.kafka.bootstrap_servers} reachable and the topic intact?")
         w0 = time.perf_counter()
+        if worker.lanes:
+            stats.add(process_slices(worker, topic, {}, wait=False, serving=served))
         worker.finish_sent()
         worker.settle()
         stats.write_s += time.perf_counter() - w0
@@ -690,7 +863,16 @@ def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
         raise
     finally:
         consumer.unassign()
-    moved = {p: Position(nxt[p], worker.token) for p in ranges if nxt[p] > start[p]}
+    if worker.lanes:
+        _report_lanes(worker, served, stats)
+    moved = {}
+    for p in ranges:
+        held = worker.lanes.first_held(p) if worker.lanes else None
+        if held is not None and held < nxt[p]:  # a lane holds commands from there on
+            worker.cache.rewind(worker.part(topic, p), held)
+            moved[p] = Position(held, worker.token + HELD_MARK)
+        elif nxt[p] > start[p]:
+            moved[p] = Position(nxt[p], worker.token)
     if moved:
         worker.table.write_positions(worker.generation, topic, moved)
     return stats

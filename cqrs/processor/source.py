@@ -56,7 +56,9 @@ __all__ = [
 ]
 
 SOURCE_NAME = "cqrs-commands"
-STATS_SCHEMA = ", ".join(f"{f} {'double' if f.endswith('_s') else 'long'}" for f in STATS_FIELDS)
+STATS_SCHEMA = ", ".join(
+    f"{f} {'double' if f.endswith('_s') else 'string' if f == 'longest_decision' else 'long'}"
+    for f in STATS_FIELDS)
 _PAYLOAD = "payload"
 COMMANDS_PER_TASK = 2000  # a micro-batch gets another task per this many commands, up to a core each
 UNEVEN = 1.25  # shares in turn unless one would get this much more than an even split
@@ -276,7 +278,7 @@ def claim_share(worker: Worker, task: Slices, positions: dict[int, Position]) ->
             return task.shares[share]
 
     def mine(share: dict[int, tuple[int, int]]) -> int:
-        return sum(1 for p in share if p in positions and positions[p].writer == worker.token)
+        return sum(1 for p in share if p in positions and positions[p].owner == worker.token)
 
     order = sorted(range(len(task.shares)), key=lambda k: (-mine(task.shares[k]), k != task.index, k))
     for share in order:

@@ -45,7 +45,7 @@ from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 from cqrs.topics import AppTopics
 
-__all__ = ["Position", "StateTable", "StateTableError", "StoredAggregate", "open_state_table",
+__all__ = ["HELD_MARK", "Position", "StateTable", "StateTableError", "StoredAggregate", "open_state_table",
            "state_bucket", "state_table_name"]
 
 _UNSAFE = re.compile(r"[^a-z0-9_]")
@@ -82,10 +82,25 @@ class StoredAggregate:
 @attrs.frozen(slots=True)
 class Position:
     """Where a commands partition's processing stands: every command below ``next_offset`` was
-    applied, by the worker ``writer`` last."""
+    applied, by the worker ``writer`` last. A *held* position (``writer`` ends in
+    :data:`HELD_MARK`) stands at a command a lane of that worker still holds (see
+    :mod:`cqrs.processor.lanes`): commands after it may be applied already, and the next task
+    starts there whatever Spark planned."""
 
     next_offset: int
     writer: str
+
+    @property
+    def held(self) -> bool:
+        return self.writer.endswith(HELD_MARK)
+
+    @property
+    def owner(self) -> str:
+        """The worker that wrote it."""
+        return self.writer[:-len(HELD_MARK)] if self.held else self.writer
+
+
+HELD_MARK = "/held"
 
 
 def state_bucket(aggregate_id: str, buckets: int) -> int:

@@ -33,7 +33,8 @@ byte-identical records. No clock is read; de-duplication is windowed by command 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -47,7 +48,7 @@ from cqrs.envelope import (
     EVENT_RECORD_FRAME_BYTES, MAX_STATE_KEY_BYTES, RECORD_FRAME_BYTES,
     Envelope, Headers, check_aggregate_id, event_to_kafka, from_kafka, record_size,
 )
-from cqrs.errors import CqrsError, RecordTooLargeError
+from cqrs.errors import CqrsError, DecisionTimeoutError, RecordTooLargeError
 from cqrs.results import (
     ACCEPTED, FAILED, REJECTED, AggregateRecord, CommandResult, SeenCommand, expand_seen,
     kept_indices, seen_command,
@@ -57,7 +58,7 @@ from cqrs.scheduler.records import StoredDeadline, stored_deadline
 from cqrs.topics import AppTopics
 
 __all__ = ["DUPLICATE_HEADER", "UNDECODED", "AggregateStep", "DedupPolicy", "InputRecord", "OutputRecord",
-           "StepResult"]
+           "StepResult", "Watch"]
 
 DLQ_PREFIX = "cqrs.dlq."
 # the one header a result record can carry: on the answer to a command id seen before (the first
@@ -96,6 +97,26 @@ class StepResult:
     out: list[OutputRecord]
     # deadlines scheduled and cancelled, to write once the records are acknowledged
     deadlines: list[StoredDeadline] = attrs.field(factory=list)
+
+
+class Watch:
+    """Which command a thread is deciding and since when (``time.monotonic()``), for a watchdog
+    in another thread: :meth:`AggregateStep.apply` sets it as the decision takes each command."""
+
+    __slots__ = ("record", "since")
+
+    def __init__(self) -> None:
+        self.record: InputRecord | None = None
+        self.since = 0.0
+
+
+def _watched(inputs: Sequence[CommandInput], todo: Sequence[_Pending],
+             watch: Watch) -> Iterator[CommandInput]:
+    """``inputs``, noting each one's record in ``watch`` as the decision takes it."""
+    for ci, p in zip(inputs, todo, strict=True):
+        watch.record, watch.since = p.record, time.monotonic()
+        yield ci
+    watch.record = None
 
 
 class _Undecoded:
@@ -179,9 +200,11 @@ class AggregateStep:
         state: AggregateRecord | None,
         records: Iterable[InputRecord],
         decoded: Any = UNDECODED,
+        watch: Watch | None = None,
     ) -> StepResult:
         """:meth:`run`, also taking and giving the aggregate object (``decoded``: the object
-        ``state.snapshot`` holds, when the caller has it, saving a decode)."""
+        ``state.snapshot`` holds, when the caller has it, saving a decode). ``watch``: noted
+        with the command being decided (see :class:`Watch`)."""
         ordered = records if type(records) is list else list(records)
         if len(ordered) > 1 and any(ordered[i].offset > ordered[i + 1].offset or
                ordered[i].partition != ordered[i + 1].partition for i in range(len(ordered) - 1)):
@@ -305,8 +328,10 @@ class AggregateStep:
             result_room = limit - RECORD_FRAME_BYTES  # they are read once per command
             while start < len(pending):
                 todo = pending[start:start + size] if start else pending
+                chunk = inputs[start:start + size] if start else inputs
                 decision = decide(entry, aggregate_id, state_now, version_now,
-                                  inputs[start:start + size] if start else inputs, self._route)
+                                  chunk if watch is None else _watched(chunk, todo, watch),
+                                  self._route)
                 too_large: tuple[_Pending, str] | None = None  # a command whose outputs do not fit
                 for p, outcome in zip(todo, decision.outcomes, strict=True):
                     if type(outcome) is Accepted:
@@ -432,6 +457,35 @@ class AggregateStep:
         if streams_changed:
             record = record.with_streams(positions or {}, retrying or set())
         return StepResult(record, agg_state, out, deadlines)
+
+    def timed_out(self, aggregate_type: str, aggregate_id: str, state: AggregateRecord | None,
+                  rec: InputRecord, seconds: float) -> StepResult:
+        """The answer to a command whose decision ran past the time budget: ``failed``
+        (:class:`~cqrs.errors.DecisionTimeoutError`) and its dead letter, as a crashing handler's
+        (a transient one by the app's retry policy, if it declares that error so), remembered
+        so that a resend gets the same answer; the state is as before it."""
+        current = state if state is not None else AggregateRecord()
+        env = rec.envelope if rec.envelope is not None else from_kafka(rec.key, rec.value, rec.headers)[0]
+        p = _Pending(rec, env, None)
+        cid = env.command_id or env.message_id
+        outcome = Failed(cid, DecisionTimeoutError.__name__,
+                         f"the decision of command {cid!r} (aggregate {aggregate_type} "
+                         f"{aggregate_id[:80]!r}) ran {seconds:.1f} s, past the processor's "
+                         "budget ([processor] decision_budget_s): it was abandoned and nothing of "
+                         "it was written; make the handler faster, or move slow work out of it",
+                         current.version, (DecisionTimeoutError.__name__, "TimeoutError"))
+        retry = self._retry(p, outcome)
+        out = [self._dead_letter(rec, "handler", outcome.error_type, outcome.message, retry)]
+        if retry is not None and not retry[1]:
+            return StepResult(None, UNDECODED, out)  # the retry job delivers it again
+        answer = self._fitting(self._result(p, aggregate_type, aggregate_id, outcome))
+        if answer is None:
+            return StepResult(None, UNDECODED, out)
+        out.append(self._result_record(answer[0], answer[1], env))
+        record = current.remember(current.version, current.deleted, current.snapshot,
+                                  [seen_command(answer[0], answer[1])], self.dedup.window_ms,
+                                  self.dedup.max_per_aggregate)
+        return StepResult(record, UNDECODED, out)
 
     # ---- helpers ----------------------------------------------------------------------------
 

@@ -158,6 +158,27 @@ def test_deadline_figures_are_counters_and_a_gauge() -> None:
     assert "cqrs_deadlines_waiting{" not in metrics_text(board.snapshot).decode()
 
 
+def test_a_decision_running_long_shows_in_status_metrics_and_top() -> None:
+    board = _board()
+    assert board.snapshot()["running_long"] is None
+    assert "running long" not in render_top(board.snapshot(), colour=False)
+    board.count(decisions_set_aside=2, decisions_timed_out=1)
+    board.set_running_long(1, "slow.Job 'hung', command 'h1'", 12.34)
+    snap = board.snapshot()
+    assert snap["running_long"] == {"aggregates": 1, "longest": "slow.Job 'hung', command 'h1'",
+                                    "seconds": 12.34}
+    text = metrics_text(board.snapshot).decode()
+    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert (samples["cqrs_decisions_set_aside_total"], samples["cqrs_decisions_timed_out_total"],
+            samples["cqrs_decisions_running_long"], samples["cqrs_longest_decision_seconds"]) == (
+        2, 1, 1, 12.34)
+    screen = render_top(snap, colour=False)
+    assert ("running long: 1 aggregate(s) set aside; longest slow.Job 'hung', command 'h1' for "
+            "12.3 s") in screen, screen
+    board.set_running_long(0, "", 0.0)  # the lanes emptied
+    assert board.snapshot()["running_long"] is None
+
+
 def test_status_page_is_offline_html_over_status_json() -> None:
     page = status_page().decode()
     assert page.startswith("<!doctype html>") and 'fetch("status.json"' in page

@@ -6,18 +6,24 @@ Imported by reference (``bad_inputs_app:app``) by a processor started with this 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from cqrs.app import App
 from cqrs.domain import Aggregate, CommandHandler, Event, command, event
 
-__all__ = ["Blow", "Crash", "Foreign", "NotEvents", "Note", "SendForeign", "Tick", "Ticked", "Write",
-           "Written", "app", "make_app"]
+__all__ = ["Blow", "Crash", "Foreign", "NotEvents", "Note", "SendForeign", "Sleep", "Tick", "Ticked",
+           "Write", "Written", "app", "make_app"]
 
 
 @command(name="badin.Write")
 class Write:
     text: str
+
+
+@command(name="badin.Sleep")
+class Sleep:
+    seconds: float  # a handler that waits on a slow (or hung) service this long
 
 
 @command(name="badin.NotEvents")
@@ -96,6 +102,10 @@ class NoteHandler(CommandHandler[Note]):
 
     def tick(self, note: Note, cmd: Tick) -> list[Event]:
         return [Ticked(i) for i in range(cmd.count)]
+
+    def sleep(self, note: Note, cmd: Sleep) -> list[Event]:
+        time.sleep(cmd.seconds)
+        return [Written(f"slept {cmd.seconds} s")]
 
     def crash(self, note: Note, cmd: Crash) -> list[Event]:
         raise RuntimeError(f"crashed on a {len(cmd.text):,}-character command")
