@@ -329,9 +329,13 @@ class AggregateStep:
             while start < len(pending):
                 todo = pending[start:start + size] if start else pending
                 chunk = inputs[start:start + size] if start else inputs
+                if watch is not None and len(chunk) == 1:  # the usual case: no generator
+                    watch.record, watch.since = todo[0].record, time.monotonic()
                 decision = decide(entry, aggregate_id, state_now, version_now,
-                                  chunk if watch is None else _watched(chunk, todo, watch),
-                                  self._route)
+                                  chunk if watch is None or len(chunk) == 1
+                                  else _watched(chunk, todo, watch), self._route)
+                if watch is not None:
+                    watch.record = None
                 too_large: tuple[_Pending, str] | None = None  # a command whose outputs do not fit
                 for p, outcome in zip(todo, decision.outcomes, strict=True):
                     if type(outcome) is Accepted:
