@@ -1,0 +1,118 @@
+"""Time budgets for decisions: what watches a decision running in another thread, and what
+abandons one that runs past its budget.
+
+A decision (a command's handler and appliers, a process manager's reaction) is user code that
+may block or loop. It runs in a thread of its own while the caller watches a :class:`Watch`
+the deciding code keeps up to date (which item it is on, since when); past the budget the
+caller abandons that thread (whatever it returns is dropped), asks it to stop
+(:func:`interrupt`), answers the item as timed out, and goes on in a new thread. The
+processor's lanes (:mod:`cqrs.processor.lanes`) and the process managers' job
+(:class:`BudgetedThread`) use it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cqrs.errors import DecisionTimeoutError
+
+__all__ = ["WATCH_S", "BudgetedThread", "Watch", "interrupt"]
+
+WATCH_S = 0.05  # how often a watching thread looks at a running decision, at most
+
+
+class Watch:
+    """Which item a thread is deciding and since when (``time.monotonic()``), for a watchdog in
+    another thread: the deciding code sets it as it takes each item, and clears ``record``."""
+
+    __slots__ = ("record", "since")
+
+    def __init__(self) -> None:
+        self.record: Any = None
+        self.since = 0.0
+
+    def start(self, record: Any) -> None:
+        self.record, self.since = record, time.monotonic()
+
+    def over(self, budget_s: float, now: float) -> Any:
+        """The item being decided if it has run past ``budget_s``, else None."""
+        record = self.record
+        if record is None or budget_s <= 0 or now - self.since <= budget_s:
+            return None
+        return record
+
+
+def interrupt(thread: threading.Thread) -> None:
+    """Raise DecisionTimeoutError in ``thread`` at its next Python instruction (a thread blocked
+    in C, e.g. sleeping or reading a socket, gets it when the call returns)."""
+    if thread.ident is not None and thread.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
+                                                   ctypes.py_object(DecisionTimeoutError))
+
+
+class _Call:
+    __slots__ = ("done", "error", "fn", "value")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+_STOP = object()
+
+
+class BudgetedThread:
+    """Runs calls one at a time in a thread of its own; :meth:`call` waits for one, and gives
+    up on it when the item its :class:`Watch` names has run past the budget."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = self._start(self._jobs)
+
+    def _start(self, jobs: queue.SimpleQueue[Any]) -> threading.Thread:
+        thread = threading.Thread(target=self._serve, args=(jobs,), daemon=True, name=self.name)
+        thread.start()
+        return thread
+
+    @staticmethod
+    def _serve(jobs: queue.SimpleQueue[Any]) -> None:
+        while True:
+            job = jobs.get()
+            if job is _STOP:
+                return
+            try:
+                job.value = job.fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller (or dropped)
+                job.error = exc
+            job.done.set()
+
+    def call(self, fn: Callable[[], Any], watch: Watch, budget_s: float) -> tuple[bool, Any]:
+        """``(True, fn())``, or ``(False, item)`` when ``watch``'s item ran past ``budget_s``
+        (the thread is abandoned and told to stop; later calls run in a new one). An error of
+        ``fn`` is raised here."""
+        job = _Call(fn)
+        self._jobs.put(job)
+        wait = min(WATCH_S, budget_s / 2) if budget_s > 0 else None
+        while not job.done.wait(wait):
+            item = watch.over(budget_s, time.monotonic())
+            if item is not None and not job.done.is_set():
+                old, old_jobs = self._thread, self._jobs
+                old_jobs.put(_STOP)  # it ends once the abandoned call returns
+                self._jobs = queue.SimpleQueue()
+                self._thread = self._start(self._jobs)
+                interrupt(old)
+                return False, item
+        if job.error is not None:
+            raise job.error
+        return True, job.value
+
+    def close(self) -> None:
+        self._jobs.put(_STOP)
