@@ -16,12 +16,12 @@ import ctypes
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from cqrs.errors import DecisionTimeoutError
 
-__all__ = ["WATCH_S", "BudgetedThread", "Watch", "interrupt"]
+__all__ = ["WATCH_S", "BudgetedThread", "Guard", "Watch", "interrupt"]
 
 WATCH_S = 0.05  # how often a watching thread looks at a running decision, at most
 
@@ -45,6 +45,35 @@ class Watch:
         if record is None or budget_s <= 0 or now - self.since <= budget_s:
             return None
         return record
+
+
+class Guard:
+    """What a loop of decisions (e.g. a projection's handlers over a batch of events) calls
+    before each item: :meth:`enter` notes the item in ``watch``, and fails an item that ran
+    past the budget before (``timed_out``, by ``key(item)``) at once, with
+    :class:`~cqrs.errors.DecisionTimeoutError`, instead of running it again. ``cancelled`` is
+    set when the caller abandoned the call: it must then write nothing."""
+
+    def __init__(self, timed_out: Mapping[Hashable, float], key: Callable[[Any], Hashable]) -> None:
+        self.watch = Watch()
+        self.timed_out = timed_out
+        self.key = key
+        self.cancelled = threading.Event()
+
+    def enter(self, item: Any, what: str) -> None:
+        self.watch.start(item)
+        if self.timed_out:
+            seconds = self.timed_out.get(self.key(item))
+            if seconds is not None:
+                raise DecisionTimeoutError(
+                    f"{what} ran over {seconds:.1f} s, past the budget ([processor] "
+                    "decision_budget_s): it was abandoned; make it faster, or move slow work "
+                    "out of it")
+
+    def check_not_cancelled(self) -> None:
+        """Raise when the caller gave up on this call (it must write nothing then)."""
+        if self.cancelled.is_set():
+            raise DecisionTimeoutError("abandoned past the decision budget: nothing written")
 
 
 def interrupt(thread: threading.Thread) -> None:
@@ -94,16 +123,19 @@ class BudgetedThread:
                 job.error = exc
             job.done.set()
 
-    def call(self, fn: Callable[[], Any], watch: Watch, budget_s: float) -> tuple[bool, Any]:
+    def call(self, fn: Callable[[], Any], watch: Watch, budget_s: float,
+             on_abandon: Callable[[], None] | None = None) -> tuple[bool, Any]:
         """``(True, fn())``, or ``(False, item)`` when ``watch``'s item ran past ``budget_s``
-        (the thread is abandoned and told to stop; later calls run in a new one). An error of
-        ``fn`` is raised here."""
+        (``on_abandon`` is called, then the thread is abandoned and told to stop; later calls
+        run in a new one). An error of ``fn`` is raised here."""
         job = _Call(fn)
         self._jobs.put(job)
         wait = min(WATCH_S, budget_s / 2) if budget_s > 0 else None
         while not job.done.wait(wait):
             item = watch.over(budget_s, time.monotonic())
             if item is not None and not job.done.is_set():
+                if on_abandon is not None:
+                    on_abandon()
                 old, old_jobs = self._thread, self._jobs
                 old_jobs.put(_STOP)  # it ends once the abandoned call returns
                 self._jobs = queue.SimpleQueue()

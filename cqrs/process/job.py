@@ -175,7 +175,7 @@ class ReactorRun:
         while True:
             watch = Watch()
             done, value = self._reacting.call(
-                lambda: self.reactor.run(sources, instances, watch=watch, timed_out=timed_out),
+                lambda w=watch: self.reactor.run(sources, instances, watch=w, timed_out=timed_out),
                 watch, budget)
             if done:
                 return value  # type: ignore[no-any-return]

@@ -79,3 +79,52 @@ def test_a_reaction_past_the_budget_fails_alone_and_the_rest_of_the_chunk_goes_o
     assert failure.source is sources[1] and failure.error_type == "DecisionTimeoutError"
     assert "past the budget" in failure.message
     run._reacting.close()
+
+
+from cqrs.testing.example import Account, AccountHandler, AccountOpened, Deposited  # noqa: E402
+from projections import Projection, SqliteStore, records_for  # noqa: E402
+from projections.apply import Target, apply_within_budget  # noqa: E402
+from projections.model import find_projection  # noqa: E402
+
+
+class SlowTotals(Projection):
+    name, aggregate, key = "slow_totals", Account, "account_id"
+    columns, defaults = {"total": int}, {"total": 0}
+
+    def on_opened(self, view: dict, e: AccountOpened) -> None:
+        view["total"] = 0
+
+    def on_deposited(self, view: dict, e: Deposited) -> None:
+        if e.amount == 666:
+            time.sleep(3.0)  # a handler that waits on something that hangs
+        view["total"] += e.amount
+
+
+slow_bank = App("slow-bank", aggregates=[Account], handlers=[AccountHandler],
+                projections=[SlowTotals])
+
+
+def test_a_projection_handler_past_the_budget_parks_its_view_alone() -> None:
+    store = SqliteStore(":memory:")
+    projection = find_projection(slow_bank, "slow_totals")
+    store.ensure_generation(projection, "t", 1)
+    records = records_for(slow_bank, [("a", AccountOpened("ann")), ("b", AccountOpened("bob")),
+                                      ("a", Deposited(5)), ("b", Deposited(666)), ("a", Deposited(7)),
+                                      ("b", Deposited(1))])
+    for n, rec in enumerate(records):  # distinct positions, as records read from a topic have
+        object.__setattr__(rec, "partition", 0)
+        object.__setattr__(rec, "offset", n)
+    letters: list = []
+    runner = BudgetedThread("t-projecting")
+    started = time.monotonic()
+    stats = apply_within_budget(runner, 0.5, store, Target(projection, "t", 1), records,
+                                slow_bank.codec.decode, letters.extend)
+    assert time.monotonic() - started < 2.5
+    assert stats.dead_letters == 2  # the hung one, and b's later event parked behind it
+    assert [(d.reason, d.error.split(":")[0]) for d in letters] == [
+        ("handler", "DecisionTimeoutError"), ("parked", "aggregate parked at version 2")]
+    a = store.view(projection, "t", 1, "a")
+    assert a is not None and a.values["total"] == 12  # the other aggregate, all applied
+    b = store.view(projection, "t", 1, "b")
+    assert b is not None and b.parked_at == 2 and b.values["total"] == 0
+    runner.close()
