@@ -446,9 +446,11 @@ class ProcessorSettings:
     )
     decision_budget_s: float = setting(
         30.0, "CQRS_PROCESSOR_DECISION_BUDGET",
-        "Seconds a command's decision (its handler and the appliers of its events) may run: "
-        "past it the command is answered failed (DecisionTimeoutError) and dead-lettered, and "
-        "its aggregate goes on with the next command. 0: no budget.",
+        "Seconds a command's decision (its handler and the appliers of its events), a process "
+        "manager's reaction or a projection's handler of an event may run: past it the command "
+        "is answered failed (DecisionTimeoutError) and dead-lettered, and its aggregate goes on "
+        "with the next command; the reaction or the projection's handler fails as one that "
+        "raised (the event dead-lettered; the view parked) and the others go on. 0: no budget.",
     )
     max_commands_per_batch: int = setting(
         100000, "CQRS_PROCESSOR_MAX_COMMANDS_PER_BATCH",

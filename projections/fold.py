@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from cqrs.budget import Guard
 from projections.errors import CategoryKeyChangedError
 from projections.model import DELETE, CategoryProjection, EventMeta, Projection
 from projections.records import CategoryWrite, DeadLetter, EventRecord, StoredView, ViewWrite
@@ -147,7 +148,7 @@ def _refold(projection: Projection, aggregate_id: str, start: tuple[Any, bool],
 
 def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView | None,
                    records: Iterable[EventRecord], decode: Decode, *,
-                   unpark: bool = False) -> AggregateFold:
+                   unpark: bool = False, guard: Guard | None = None) -> AggregateFold:
     """Fold ``records`` (one aggregate's, any order, duplicates allowed) onto ``stored``.
 
     ``unpark`` (dead-letter replay): ignore the parking mark and clear it when every event
@@ -192,6 +193,9 @@ def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView
         meta = EventMeta(aggregate_id, rec.aggregate_type, rec.message_type, rec.version,
                          rec.timestamp, rec.partition, rec.offset)
         try:
+            if guard is not None:
+                guard.enter(rec, f"{type(projection).__name__}'s handler of {rec.message_type} "
+                                 f"version {rec.version} of {aggregate_id[:80]!r}")
             result = handler(work, decode(rec.value), meta)
             if result is not DELETE:
                 trail.check(work)

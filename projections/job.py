@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from cqrs.budget import BudgetedThread
 from cqrs.config import CqrsConfig, cache_key
 from cqrs.errors import IncompatibleSchemaError
 from cqrs.processor.job import check_app_schemas, header_expr
 from cqrs.spark_session import with_trigger
 from cqrs.topics import AppTopics, topics_for
-from projections.apply import BatchStats, Target, apply_batch
+from projections.apply import BatchStats, Target, apply_within_budget
 from projections.dlq import dead_letter_topic, ensure_dead_letter_topic, to_dlq_record
 from projections.dlq_retry import Parking, ProjectionRetrier, RoundStats, parkings_of
 from projections.errors import ProjectionStoreError
@@ -95,6 +96,14 @@ class _WorkerContext:
         self.dlq_topic = dead_letter_topic(self.app.name, prefix)
         self.store = cached_store(cfg)
         self._producer: Any = None
+        # the handlers run in a thread of their own, under [processor] decision_budget_s
+        self.applying = BudgetedThread(f"cqrs-projecting-{opts.projection}")
+
+    def apply(self, target: Target, records: Sequence[EventRecord],
+              dead_letter: Callable[[Any], None]) -> BatchStats:
+        """:func:`apply_batch` under the decision budget (:func:`apply_within_budget`)."""
+        return apply_within_budget(self.applying, self.cfg.processor.decision_budget_s,
+                                   self.store, target, records, self.decode, dead_letter)
 
     def send_dead_letters(self, letters: Any) -> None:
         from cqrs.kafka_io import make_producer
@@ -179,7 +188,7 @@ def _partition_fn(cfg: CqrsConfig, opts: ProjectorOptions, base: str,
             ctx.send_dead_letters(dead)
             letters.extend(dead)
 
-        stats = apply_batch(ctx.store, target, records, ctx.decode, dead_letter)
+        stats = ctx.apply(target, records, dead_letter)
         row = {f: [getattr(stats, f)] for f in STATS_FIELDS}
         row["positions"] = [json.dumps(stats.positions)]
         row["parked"] = [json.dumps([attrs.astuple(p) for p in
@@ -240,10 +249,10 @@ def _range_fn(cfg: CqrsConfig, opts: ProjectorOptions, base: str, generation: in
                         continue
                     idle_since = time.monotonic()
                     if len(batch) >= chunk:
-                        total.add(apply_batch(ctx.store, target, batch, ctx.decode, ctx.send_dead_letters))
+                        total.add(ctx.apply(target, batch, ctx.send_dead_letters))
                         batch = []
                 if batch:
-                    total.add(apply_batch(ctx.store, target, batch, ctx.decode, ctx.send_dead_letters))
+                    total.add(ctx.apply(target, batch, ctx.send_dead_letters))
                 total.positions[partition] = max(end, total.positions.get(partition, 0))
         finally:
             consumer.close()

@@ -22,6 +22,8 @@ import heapq
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from cqrs.budget import Guard
+
 from projections.fold import AggregateFold, CategoryTrail, Decode
 from projections.model import DELETE, EventMeta, RekeyedProjection
 from projections.records import DeadLetter, EventRecord, StoredView, ViewWrite
@@ -69,7 +71,7 @@ def _dead(items: Sequence[Keyed], key: str, parked_at: int) -> list[DeadLetter]:
 
 
 def fold_view(projection: RekeyedProjection, key: str, stored: StoredView | None,
-              items: Iterable[Keyed], *, unpark: bool = False) -> AggregateFold:
+              items: Iterable[Keyed], *, unpark: bool = False, guard: Guard | None = None) -> AggregateFold:
     """Fold ``items`` (any sources, any order, duplicates allowed) onto the view ``key``.
 
     ``unpark`` (dead-letter replay): ignore the parking mark and clear it when every event
@@ -96,6 +98,9 @@ def fold_view(projection: RekeyedProjection, key: str, stored: StoredView | None
         assert handler is not None  # group_by_view keeps handled events only
         work = dict(values) if values is not None else projection.new_view()
         try:
+            if guard is not None:
+                guard.enter(rec, f"{type(projection).__name__}'s handler of {rec.message_type} "
+                                 f"version {rec.version} of {rec.aggregate_id[:80]!r}")
             result = handler(work, event, _meta(rec))
             if result is not DELETE:
                 trail.check(work)

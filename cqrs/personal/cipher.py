@@ -4,9 +4,15 @@ A personal ``str`` field is written as the text
 
     cqrs-pd1:<key id, 16 hex digits>:<base64url, unpadded, of nonce (12 bytes) + ciphertext + tag (16)>
 
-AES-256-GCM with a random 96-bit nonce; the associated data binds the ciphertext to the key id,
-the data subject, the message type and the field name, so a sealed text copied into another
-field, message type or person's message does not open (:class:`TamperedDataError`).
+AES-256-GCM with a synthetic 96-bit nonce: the first 12 bytes of HMAC-SHA256, under a key
+derived from the data key, of the associated data and the text (the SIV construction). Sealing
+the same value again gives the same bytes, so a batch the processor runs again after a crash
+writes byte-identical records, as it does for everything else; the price is that equal values
+of one field of one subject's messages of one type have equal ciphertexts (they are the same
+person's same value), while two different values get the same nonce with probability 2^-96.
+The associated data binds the ciphertext to the key id, the data subject, the message type and
+the field name, so a sealed text copied into another field, message type or person's message
+does not open (:class:`TamperedDataError`).
 
 A data key is stored *wrapped* by the master key (AES-256-GCM as well, the subject and key id
 as associated data: a wrapped key moved to another subject's row does not unwrap).
@@ -16,6 +22,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import os
 
 from cryptography.exceptions import InvalidTag
@@ -36,13 +44,14 @@ _TAG_BYTES = 16
 _FIELD_AAD = b"cqrs-pd1\0"
 _WRAP_AAD = b"cqrs-key1\0"
 _WRAP_VERSION = b"\x01"
+_NONCE_LABEL = b"cqrs-pd1 synthetic nonce"
 
 
 class SubjectKey:
     """One data subject's data key: a random id (written beside each ciphertext) and 32 secret
     bytes. Its repr shows the id only."""
 
-    __slots__ = ("_aead", "key_id", "secret")
+    __slots__ = ("_aead", "_nonce_key", "key_id", "secret")
 
     def __init__(self, key_id: bytes, secret: bytes) -> None:
         if len(key_id) != KEY_ID_BYTES or len(secret) != _KEY_BYTES:
@@ -53,6 +62,7 @@ class SubjectKey:
         self.key_id = bytes(key_id)
         self.secret = bytes(secret)
         self._aead = AESGCM(self.secret)
+        self._nonce_key = hmac.new(self.secret, _NONCE_LABEL, hashlib.sha256).digest()
 
     @classmethod
     def new(cls) -> SubjectKey:
@@ -89,9 +99,10 @@ def _aad(key_id: bytes, subject: str, type_name: str, field: str) -> bytes:
 
 def seal_text(key: SubjectKey, text: str, subject: str, type_name: str, field: str) -> str:
     """``text`` encrypted with ``key``, as the self-describing text written in its place."""
-    nonce = os.urandom(_NONCE_BYTES)
-    blob = nonce + key._aead.encrypt(  # noqa: SLF001 - the key's own cipher object
-        nonce, text.encode(), _aad(key.key_id, subject, type_name, field))
+    aad, plain = _aad(key.key_id, subject, type_name, field), text.encode()
+    nonce = hmac.new(key._nonce_key, aad + b"\0" + plain,  # noqa: SLF001 - the key's own
+                     hashlib.sha256).digest()[:_NONCE_BYTES]
+    blob = nonce + key._aead.encrypt(nonce, plain, aad)  # noqa: SLF001
     return f"{SEALED_PREFIX}{key.key_id.hex()}:{base64.urlsafe_b64encode(blob).rstrip(b'=').decode()}"
 
 

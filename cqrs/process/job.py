@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from cqrs.budget import BudgetedThread, Watch
 from cqrs.config import CqrsConfig
 from cqrs.envelope import Headers, from_kafka, to_kafka
 from cqrs.errors import CqrsError
@@ -124,6 +125,7 @@ class ReactorRun:
                                cfg.kafka.max_record_bytes())
         self.producer = make_producer(cfg)
         self.wanted = frozenset(self.reactor.event_types)
+        self._reacting = BudgetedThread(f"cqrs-reacting-{name}")
         self.wanted_headers = frozenset(t.encode() for t in self.wanted)
         self.table: Any = None
         self._deadlines: Any = None
@@ -153,7 +155,7 @@ class ReactorRun:
             except CqrsError as exc:
                 unreadable.append((rec, exc))
         instances = self.table.read(self.reactor.keys(sources)) if self.table is not None else {}
-        out = self.reactor.run(sources, instances)
+        out = self._react(sources, instances)
         self._deliver(out, unreadable)
         if out.stored_deadlines:  # after the commands, before the instances (a re-run writes them again)
             self.deadlines().apply(out.stored_deadlines)
@@ -162,6 +164,22 @@ class ReactorRun:
         return BatchReport(len(sources), out.reacted, out.skipped, len(out.commands),
                            len(out.outcomes), len(out.failures) + len(unreadable),
                            time.monotonic() - started, time.thread_time() - cpu_started)
+
+    def _react(self, sources: list[SourceEvent], instances: Mapping[str, Any]) -> ReactorOutput:
+        """The reactor's run, in the reacting thread under the decision budget: a reaction
+        past it fails (its event dead-lettered) and the chunk is reacted to again without it."""
+        budget = self.cfg.processor.decision_budget_s
+        if budget <= 0 or not sources:
+            return self.reactor.run(sources, instances)
+        timed_out: dict[int, float] = {}
+        while True:
+            watch = Watch()
+            done, value = self._reacting.call(
+                lambda w=watch: self.reactor.run(sources, instances, watch=w, timed_out=timed_out),
+                watch, budget)
+            if done:
+                return value  # type: ignore[no-any-return]
+            timed_out[next(n for n, src in enumerate(sources) if src is value)] = budget
 
     def deadlines(self) -> Any:
         """The app's deadline tables (opened when a reaction first schedules or cancels one)."""
@@ -207,6 +225,7 @@ class ReactorRun:
         self.producer.produce(self.topics.dead_letters, key=key, value=value, headers=dlq)
 
     def close(self) -> None:
+        self._reacting.close()
         self.producer.flush(30)
         close = getattr(self.producer, "close", None)  # newer confluent-kafka clients; older ones free it with the object
         if close is not None:

@@ -30,7 +30,8 @@ from cqrs.domain.process import (
 )
 from cqrs.config import DEFAULT_MAX_RECORD_BYTES
 from cqrs.envelope import Envelope, record_size, to_kafka
-from cqrs.errors import CqrsError, RecordTooLargeError
+from cqrs.budget import Watch
+from cqrs.errors import CqrsError, DecisionTimeoutError, RecordTooLargeError
 from cqrs.results import ConversationOutcome
 from cqrs.scheduler.records import StoredDeadline, stored_deadline
 
@@ -174,11 +175,18 @@ class Reactor:
             )
         return key
 
-    def run(self, events: Sequence[SourceEvent], instances: Mapping[str, Instance | None]) -> ReactorOutput:
-        """React to ``events`` (in log order) given the instances they touch."""
+    def run(self, events: Sequence[SourceEvent], instances: Mapping[str, Instance | None], *,
+            watch: Watch | None = None,
+            timed_out: Mapping[int, float] | None = None) -> ReactorOutput:
+        """React to ``events`` (in log order) given the instances they touch. ``watch``: noted
+        with each event as its reaction runs (see :mod:`cqrs.budget`); ``timed_out``: events
+        (their index) whose reaction ran past the budget before (how many seconds), failed as
+        a reaction that raised, without running it again."""
         out = ReactorOutput()
         current: dict[str, Instance | None] = dict(instances)
-        for src in events:
+        for i, src in enumerate(events):
+            if watch is not None:
+                watch.start(src)
             env = src.envelope
             ctx = self.context(env)
             if type(src.event) in self.completes_on:
@@ -188,6 +196,14 @@ class Reactor:
                     src.payload))
             route = self.routes.get(type(src.event))
             if route is None:
+                continue
+            if timed_out and i in timed_out:
+                out.failures.append(ReactionFailure(
+                    src, DecisionTimeoutError.__name__,
+                    f"the reaction of {type(self.pm).__qualname__}.{route.method_name} to "
+                    f"{env.message_type} {env.message_id} ran over {timed_out[i]:.1f} s, past the "
+                    "budget ([processor] decision_budget_s): it was abandoned and nothing of it "
+                    "was sent; make the reaction faster, or move slow work out of it", ""))
                 continue
             key = None
             try:
@@ -226,6 +242,8 @@ class Reactor:
             if new is not None:
                 current[new.key] = new
                 out.instances[new.key] = new
+        if watch is not None:
+            watch.record = None
         return out
 
     def _command(self, ctx: ReactionContext, index: int, send: Any) -> SentCommand:

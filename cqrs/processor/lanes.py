@@ -27,7 +27,6 @@ partition served by another since drops that partition's lanes with what they de
 from __future__ import annotations
 
 import collections
-import ctypes
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,14 +34,13 @@ from typing import Any
 
 import attrs
 
-from cqrs.errors import DecisionTimeoutError
+from cqrs.budget import WATCH_S, Watch, interrupt
 from cqrs.processor.state_table import StoredAggregate
-from cqrs.processor.step import AggregateStep, InputRecord, StepResult, Watch
+from cqrs.processor.step import AggregateStep, InputRecord, StepResult
 from cqrs.results import AggregateRecord
 
 __all__ = ["Decider", "Item", "Lane", "Lanes", "decide_items"]
 
-WATCH_S = 0.05  # how often the watching thread looks at a running decision, at most
 
 
 @attrs.define(eq=False)
@@ -159,16 +157,8 @@ class Lane:
         self.watch = Watch()
         self.start(step)
         if old is not None:
-            _interrupt(old)
+            interrupt(old)
         return True
-
-
-def _interrupt(thread: threading.Thread) -> None:
-    """Raise DecisionTimeoutError in ``thread`` at its next Python instruction (a thread blocked
-    in C, e.g. sleeping, gets it when the call returns)."""
-    if thread.ident is not None and thread.is_alive():
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
-                                                   ctypes.py_object(DecisionTimeoutError))
 
 
 class Lanes:
@@ -190,7 +180,7 @@ class Lanes:
                 lane.epoch += 1
                 thread, lane.thread = lane.thread, None
             if thread is not None:
-                _interrupt(thread)
+                interrupt(thread)
             del self.by_key[lane.key]
 
     def first_held(self, partition: int) -> int | None:

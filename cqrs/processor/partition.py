@@ -41,10 +41,11 @@ import attrs
 from cqrs.config import CqrsConfig
 from cqrs.envelope import CONTENT_TYPE, MAX_AGGREGATE_ID_BYTES, Envelope, read_command
 from cqrs.errors import CqrsError
+from cqrs.budget import Watch
 from cqrs.processor.lanes import Decider, Item, Lane, Lanes, decide_items
 from cqrs.processor.state_table import HELD_MARK, Position, StateTable, StoredAggregate
 from cqrs.processor.step import (
-    UNDECODED, AggregateStep, InputRecord, OutputRecord, StepResult, Watch,
+    UNDECODED, AggregateStep, InputRecord, OutputRecord, StepResult,
 )
 from cqrs.results import AggregateRecord
 from cqrs.scheduler.records import StoredDeadline

@@ -48,6 +48,7 @@ from cqrs.envelope import (
     EVENT_RECORD_FRAME_BYTES, MAX_STATE_KEY_BYTES, RECORD_FRAME_BYTES,
     Envelope, Headers, check_aggregate_id, event_to_kafka, from_kafka, record_size,
 )
+from cqrs.budget import Watch
 from cqrs.errors import CqrsError, DecisionTimeoutError, RecordTooLargeError
 from cqrs.results import (
     ACCEPTED, FAILED, REJECTED, AggregateRecord, CommandResult, SeenCommand, expand_seen,
@@ -97,17 +98,6 @@ class StepResult:
     out: list[OutputRecord]
     # deadlines scheduled and cancelled, to write once the records are acknowledged
     deadlines: list[StoredDeadline] = attrs.field(factory=list)
-
-
-class Watch:
-    """Which command a thread is deciding and since when (``time.monotonic()``), for a watchdog
-    in another thread: :meth:`AggregateStep.apply` sets it as the decision takes each command."""
-
-    __slots__ = ("record", "since")
-
-    def __init__(self) -> None:
-        self.record: InputRecord | None = None
-        self.since = 0.0
 
 
 def _watched(inputs: Sequence[CommandInput], todo: Sequence[_Pending],
