@@ -3,25 +3,30 @@ tests that drive the processor's tasks on the real Kafka and Cassandra without S
 
 from __future__ import annotations
 
+from cqrs.app import App
 from cqrs.config import CqrsConfig
 from cqrs.processor.job import ProcessorOptions, publish_app_schemas
 from cqrs.processor.state_table import open_state_table
 from cqrs.testing.example_app import app
 from cqrs.topics import ensure_topics, topics_for
 
-__all__ = ["bank_options"]
+__all__ = ["bank_options", "processor_options"]
 
 
-def bank_options(cfg: CqrsConfig, prefix: str) -> ProcessorOptions:
-    """Options of a bank processor on topics under ``prefix`` (created, schemas published) and
-    the state table's current generation."""
-    topics = topics_for(app.name, prefix + "-")
+def processor_options(cfg: CqrsConfig, prefix: str, of: App, app_ref: str) -> ProcessorOptions:
+    """Options of a processor of ``of`` (imported as ``app_ref``) on topics under ``prefix``
+    (created, schemas published) and the state table's current generation."""
+    topics = topics_for(of.name, prefix + "-")
     ensure_topics(cfg, topics)
-    publish_app_schemas(cfg, topics, app)
+    publish_app_schemas(cfg, topics, of)
     table = open_state_table(cfg, topics)
     try:
         generation = table.ensure_current()
     finally:
         table.close()
-    return ProcessorOptions("cqrs.testing.example_app:app", topics=topics, results_partitions=4,
-                            state_generation=generation)
+    return ProcessorOptions(app_ref, topics=topics, results_partitions=4, state_generation=generation)
+
+
+def bank_options(cfg: CqrsConfig, prefix: str) -> ProcessorOptions:
+    """:func:`processor_options` of the example bank."""
+    return processor_options(cfg, prefix, app, "cqrs.testing.example_app:app")

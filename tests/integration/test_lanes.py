@@ -19,13 +19,14 @@ from cqrs.config import CqrsConfig
 from cqrs.deadletters import parse_dead_letter
 from cqrs.envelope import from_kafka
 from cqrs.kafka_io import make_producer, read_to_end, watermarks
-from cqrs.processor.job import ProcessorOptions, publish_app_schemas, worker_for
+from cqrs.processor.job import worker_for
 from cqrs.processor.partition import Worker, run_task
 from cqrs.processor.state_table import HELD_MARK, open_state_table
 from cqrs.results import CommandResult
-from cqrs.topics import AppTopics, ensure_topics, topics_for
+from cqrs.topics import AppTopics
 
 sys.path.insert(0, str(Path(__file__).parent / "apps"))
+from bank_worker import processor_options  # noqa: E402
 from slow_app import Spin, Tick, Work, app  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -76,17 +77,9 @@ class Fixture:
 def fx(cqrs_config: CqrsConfig, unique_name: str) -> Iterator[Fixture]:
     cfg = cqrs_config.with_overrides(processor={"slow_decision_s": SLOW_S,
                                                 "decision_budget_s": BUDGET_S})
-    topics = topics_for(app.name, unique_name + "-")
-    ensure_topics(cfg, topics)
-    publish_app_schemas(cfg, topics, app)
-    table = open_state_table(cfg, topics)
-    try:
-        generation = table.ensure_current()
-    finally:
-        table.close()
-    opts = ProcessorOptions("slow_app:app", topics=topics, results_partitions=4,
-                            state_generation=generation)
-    yield Fixture(cfg, topics, worker_for(cfg, opts))
+    opts = processor_options(cfg, unique_name, app, "slow_app:app")
+    assert opts.topics is not None
+    yield Fixture(cfg, opts.topics, worker_for(cfg, opts))
 
 
 def test_a_slow_aggregate_holds_up_only_itself(fx: Fixture) -> None:
