@@ -143,8 +143,9 @@ class Lane:
         """Past the budget, the running decision is abandoned: its command is answered as timed
         out, the commands decided with it are queued again, a new thread takes the queue.
         True when that happened (called with the lock held)."""
-        rec, since = self.watch.record, self.watch.since
-        if budget_s <= 0 or not self.inflight or rec is None or now - since <= budget_s:
+        since = self.watch.since
+        rec = self.watch.over(budget_s, now) if self.inflight else None
+        if rec is None:
             return False
         i = next((n for n, r in enumerate(self.inflight) if r is rec), None)
         if i is None:  # the watch has moved on: the decision is finishing
