@@ -61,8 +61,6 @@ def run_runner(aggregates: int, commands: int, one_by_one: bool) -> dict[str, An
 
 
 def main(argv: list[str] | None = None) -> None:
-    from peers import run_peer_process
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--aggregates", type=int, nargs="+", default=[1000])
     parser.add_argument("--commands", type=int, default=100_000)
@@ -76,6 +74,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\n== {n:,} aggregates, {args.commands:,} deposits (load average {load})", flush=True)
         runs = [lambda: run_runner(n, args.commands, False), lambda: run_runner(n, args.commands, True)]
         if not args.no_peer:
+            from peers import run_peer_process  # needs the bench extra: pip install -e '.[bench]'
+
             runs.append(lambda: run_peer_process("popo", n, args.commands))
         for run in runs:
             row = run()
