@@ -27,7 +27,7 @@ from cqrs.history.rows import (
     BUCKET_SIZE, HistoricState, HistoryEvent, HistoryPage, HistoryRangeError, HistoryRow,
     decode_row, fold, row_from_record, rows_from_records,
 )
-from cqrs.history.table import HISTORY_TABLE, HistoryStoreError, MemoryHistoryTable
+from cqrs.history.table import HISTORY_TABLE, HistoryStoreError, MemoryHistoryTable, partition_of
 
 __all__ = [
     "ARCHIVE_META",
@@ -56,6 +56,7 @@ __all__ = [
     "log_table",
     "log_views",
     "parse_page_token",
+    "partition_of",
     "read_archive_meta",
     "row_from_record",
     "rows_from_records",

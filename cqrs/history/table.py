@@ -3,7 +3,11 @@
 ``cqrs_history``: one row per event, ``PRIMARY KEY ((app, aggregate_type, aggregate_id,
 bucket), version)`` with ``bucket = version // 10_000`` (:data:`~cqrs.history.rows.BUCKET_SIZE`),
 so no partition holds more than 10,000 events of one aggregate; ``app`` is the app's topic base
-(topic prefix included), so apps and test runs sharing a keyspace never mix. A row is written by
+(topic prefix included), so apps and test runs sharing a keyspace never mix. An aggregate whose
+id is too long for that key (Cassandra's 65,535 bytes for the four parts with their framing; the
+client allows ids up to the state row's limit, which is looser) is stored under the SHA-256 of its
+id and negative buckets (``-1 - bucket``), which no id of a fitting length uses
+(:func:`partition_of`); the reader asks by the id and never sees the difference. A row is written by
 its key with values taken from the event's Kafka record only: writing it again (a restart, a
 ``--replay``) writes the same row.
 
@@ -19,11 +23,12 @@ from typing import Any, Protocol
 
 from cqrs.cassandra_io import MAX_BATCH_BYTES, CassandraSession, identifier
 from cqrs.config import CqrsConfig
+from cqrs.envelope import MAX_STATE_KEY_BYTES
 from cqrs.errors import CqrsError
 from cqrs.history.rows import BUCKET_SIZE, HistoryRow
 
 __all__ = ["HISTORY_TABLE", "CassandraHistoryTable", "HistoryStoreError", "HistoryTable",
-           "MemoryHistoryTable", "open_history_table"]
+           "MemoryHistoryTable", "open_history_table", "partition_of"]
 
 HISTORY_TABLE = "cqrs_history"
 
@@ -34,6 +39,23 @@ _COLUMNS = ("aggregate_type", "aggregate_id", "version", "event_id", "event_type
 
 class HistoryStoreError(CqrsError, RuntimeError):
     """The history table cannot be read or written."""
+
+
+_BUCKET_BYTES = 8  # a bigint
+_FRAME_BYTES = 3  # each part of a composite partition key: a 2-byte length and an end byte
+
+
+def partition_of(app: str, aggregate_type: str, aggregate_id: str, bucket: int) -> tuple[str, int]:
+    """The ``(aggregate_id, bucket)`` columns of a history partition: the id and bucket
+    themselves, or when the partition key would not fit in Cassandra's 65,535 bytes, the id's
+    SHA-256 (hex, prefixed ``sha256:``) and ``-1 - bucket`` (negative: never a fitting id's)."""
+    size = (4 * _FRAME_BYTES + _BUCKET_BYTES + len(app.encode()) + len(aggregate_type.encode())
+            + len(aggregate_id.encode()))
+    if size <= MAX_STATE_KEY_BYTES:
+        return aggregate_id, bucket
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(aggregate_id.encode()).hexdigest(), -1 - bucket
 
 
 class HistoryTable(Protocol):
@@ -84,7 +106,8 @@ class CassandraHistoryTable:
             parts.setdefault((r.aggregate_type, r.aggregate_id, r.version // self.bucket_size),
                              []).append(r)
         batches: list[tuple[Any, Sequence[Any]]] = []
-        for (_, _, bucket), part in parts.items():
+        for (aggregate_type, aggregate_id, bucket), part in parts.items():
+            stored_id, stored_bucket = partition_of(self.app, aggregate_type, aggregate_id, bucket)
             batch, size = None, 0
             for r in part:
                 row_size = len(r.payload) + len(r.aggregate_id) + 200
@@ -92,7 +115,7 @@ class CassandraHistoryTable:
                     batch, size = BatchStatement(BatchType.UNLOGGED,
                                                  consistency_level=self.db.write_cl), 0
                     batches.append((batch, ()))
-                batch.add(self._put, (self.app, bucket, r.aggregate_type, r.aggregate_id,
+                batch.add(self._put, (self.app, stored_bucket, r.aggregate_type, stored_id,
                                       r.version, r.event_id, r.event_type, r.timestamp_us,
                                       r.recorded_ms, r.command_id, r.correlation_id,
                                       r.causation_id, r.payload, r.partition, r.offset))
@@ -102,10 +125,12 @@ class CassandraHistoryTable:
     def read(self, aggregate_type: str, aggregate_id: str, bucket: int, from_version: int,
              limit: int) -> list[HistoryRow]:
         """Rows of one bucket of an aggregate from ``from_version`` on, at most ``limit``."""
-        found = self.db.execute(self._get, (self.app, aggregate_type, aggregate_id, bucket,
+        stored_id, stored_bucket = partition_of(self.app, aggregate_type, aggregate_id, bucket)
+        found = self.db.execute(self._get, (self.app, aggregate_type, stored_id, stored_bucket,
                                             from_version, limit))
-        return [HistoryRow(t, i, v, eid, et, ts, rec, cid, corr, cause, bytes(p), part, off)
-                for (t, i, v, eid, et, ts, rec, cid, corr, cause, p, part, off) in found]
+        return [HistoryRow(t, aggregate_id, v, eid, et, ts, rec, cid, corr, cause, bytes(p), part,
+                           off)
+                for (t, _, v, eid, et, ts, rec, cid, corr, cause, p, part, off) in found]
 
     def close(self) -> None:
         if self.owns_session:

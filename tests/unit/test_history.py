@@ -353,3 +353,17 @@ def test_the_job_writes_each_record_once_whatever_runs_it_again(ann: LocalRunner
     assert table.rows == before
     history = HistoryReader(app, table=table, codec=app.codec)
     assert [e.event for e in history.iter_events("acc-1")] == ann.events("acc-1")
+
+
+def test_an_id_too_long_for_the_partition_key_is_stored_under_its_digest() -> None:
+    from cqrs.envelope import MAX_STATE_KEY_BYTES
+    from cqrs.history import partition_of
+
+    app_base, kind = "t-app-1-bank", ACCOUNT
+    fits = "k" * (MAX_STATE_KEY_BYTES - 20 - len(app_base) - len(kind))  # 4 parts framed + bucket
+    assert partition_of(app_base, kind, fits, 3) == (fits, 3)
+    longer = fits + "k"  # one byte more: the key would be 65,536 bytes
+    stored, bucket = partition_of(app_base, kind, longer, 3)
+    assert stored.startswith("sha256:") and len(stored) == 71 and bucket == -4
+    assert partition_of(app_base, kind, longer + "x", 3)[0] != stored  # another id, another digest
+    assert partition_of(app_base, kind, "é" * 40_000, 0)[1] == -1  # bytes count, not characters
