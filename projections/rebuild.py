@@ -47,7 +47,7 @@ from projections.stores import cached_store
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["RebuildReport", "rebuild_projection"]
+__all__ = ["RebuildReport", "check_rebuild", "rebuild_projection"]
 
 Report = Callable[[str], None]
 
@@ -67,6 +67,26 @@ def _offsets_json(topic: str, offsets: dict[int, int]) -> str:
     return json.dumps({topic: {str(p): o for p, o in offsets.items()}})
 
 
+def check_rebuild(cfg: CqrsConfig, app_ref: str, name: str, *, topic_prefix: str | None = None,
+                  force: bool = False) -> Generations:
+    """Refuse a rebuild before any work, without Spark: another one under way (unless
+    ``force``), or stored events the app's classes cannot read
+    (:class:`~cqrs.errors.IncompatibleSchemaError`, readers staying where they are). The
+    projection's generations as they stand."""
+    app = load_app(app_ref)
+    find_projection(app, name)
+    gens = cached_store(cfg).generations(table_base(app.name, name))
+    if gens.building is not None and not force:
+        raise GenerationError(
+            f"a rebuild of {name!r} into generation {gens.building} is under way or was "
+            "interrupted; wait for it, or pass --force to start over with a new generation"
+        )
+    prefix = cfg.kafka.topic_prefix if topic_prefix is None else topic_prefix
+    check_schemas(cfg, topics_for(app.name, prefix), app,
+                  f"not rebuilding {app.name}/{name} ({_readers_on(gens.current)})")
+    return gens
+
+
 def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name: str, *,
                        report: Report = print, drop_old: bool | None = None,
                        topic_prefix: str | None = None, force: bool = False,
@@ -81,14 +101,8 @@ def rebuild_projection(spark: SparkSession, cfg: CqrsConfig, app_ref: str, name:
     prefix = cfg.kafka.topic_prefix if topic_prefix is None else topic_prefix
     topics = topics_for(app.name, prefix)
     events_topic = topics.events
-    gens = store.generations(base)
-    if gens.building is not None and not force:
-        raise GenerationError(
-            f"a rebuild of {name!r} into generation {gens.building} is under way or was "
-            "interrupted; wait for it, or pass --force to start over with a new generation"
-        )
+    gens = check_rebuild(cfg, app_ref, name, topic_prefix=topic_prefix, force=force)
     old = gens.current
-    check_schemas(cfg, topics, app, f"not rebuilding {app.name}/{name} ({_readers_on(old)})")
     new = max(old or 0, gens.building or 0) + 1
     store.ensure_generation(projection, base, new)
     store.set_generations(base, Generations(old, new))

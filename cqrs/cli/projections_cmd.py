@@ -241,8 +241,10 @@ def _parking_lines(parkings: list[dict[str, Any]]) -> list[str]:
 
 def _run_rebuild(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     from cqrs.spark_session import spark_session
-    from projections.rebuild import rebuild_projection
+    from projections.rebuild import check_rebuild, rebuild_projection
 
+    # refused before Spark starts: what refuses it needs only Kafka and the store
+    check_rebuild(cfg, args.app, args.projection, force=args.force)
     spark = spark_session(cfg, f"cqrs-rebuild-{args.projection}")
     rebuild_projection(spark, cfg, args.app, args.projection, drop_old=not args.keep_old and None,
                        force=args.force, allow_dead_letters=args.allow_dead_letters,
