@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cqrs.config import CqrsConfig
 from cqrs.devstack.artifacts import require_installed
+from cqrs.devstack.class_archive import driver_java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -67,6 +68,10 @@ def spark_conf(cfg: CqrsConfig) -> dict[str, str]:
         # renames with java.io.File; both are atomic on a local disk.
         conf["spark.sql.streaming.checkpointFileManagerClass"] = FS_CHECKPOINT_MANAGER
     conf.update(cfg.spark.conf)
+    archive = driver_java_options(cfg)  # after the user's options: added to theirs
+    if archive is not None:
+        conf["spark.driver.extraJavaOptions"] = " ".join(
+            o for o in (conf.get("spark.driver.extraJavaOptions", ""), archive) if o)
     return conf
 
 

@@ -98,3 +98,23 @@ def test_a_new_kraft_cluster_id_is_never_read_as_an_option() -> None:
     ids = [new_cluster_id() for _ in range(5000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_the_driver_maps_the_class_archive_once_it_is_built(tmp_path: Path) -> None:
+    from cqrs.devstack.class_archive import archive_path, driver_java_options
+
+    def conf(**env: str) -> dict[str, str]:
+        return spark_conf(load_config(env={"CQRS_HOME": str(tmp_path),
+                                           "CQRS_SPARK_USE_LOCAL_JARS": "false", **env},
+                                      spark={"conf": {"spark.driver.extraJavaOptions": "-Dmine=1"}}))
+
+    cfg = load_config(env={"CQRS_HOME": str(tmp_path)})
+    path = archive_path(cfg.dev)
+    assert path is not None and path.parent == tmp_path / "artifacts" / "jvm"
+    assert driver_java_options(cfg) is None  # not built: Spark starts as it always did
+    assert conf()["spark.driver.extraJavaOptions"] == "-Dmine=1"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"an archive")  # the JVM itself ignores one that does not match
+    assert conf()["spark.driver.extraJavaOptions"] == (
+        f"-Dmine=1 -XX:SharedArchiveFile={path} -Xlog:cds=off,cds+dynamic=off")  # added to theirs
+    assert conf(CQRS_SPARK_CLASS_DATA_SHARING="false")["spark.driver.extraJavaOptions"] == "-Dmine=1"
