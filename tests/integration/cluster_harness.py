@@ -2,9 +2,9 @@
 stopped again afterwards if so), a configuration with the test's own topics, keyspace and
 checkpoints, and `cqrs run ...` jobs on it as process groups.
 
-Used by ``tests/reliability/on_cluster`` (``test_cluster.py`` and the fault suite), whose
-conftest starts the cluster once for both (:func:`cluster_up`) and gives each module its own
-names on it (:func:`fresh_names`).
+Used by ``tests/reliability/on_cluster`` (the bank on the cluster and the fault suite, one
+set of jobs), whose conftest starts the cluster once (:func:`cluster_up`); a module has names
+of its own on it (:func:`fresh_names`).
 """
 
 from __future__ import annotations
