@@ -265,8 +265,8 @@ def test_sigkill_and_restart_keeps_every_invariant(
     kills = 0
     sent: list[tuple[str, object, str]] = []
     try:
-        for round_ in range(4):
-            for _ in range(250):
+        for round_ in range(2):  # a kill a round: once a restart is checked, more add only time
+            for _ in range(500):
                 acc = rng.choice(accounts)
                 command = rng.choice([Deposit(rng.randint(1, 9)), Withdraw(5)])
                 sent.append((acc, command, work.send(acc, command)))
@@ -289,7 +289,7 @@ def test_sigkill_and_restart_keeps_every_invariant(
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert kills == 4
+    assert kills == 2
 
     raw_results = read_to_end(cqrs_config, [work.topics.results])
     by_command: dict[bytes, set[bytes]] = collections.defaultdict(set)
