@@ -298,3 +298,16 @@ def test_http_forget_refusals(opened: list[Any]) -> None:
     assert (no_master.status_code, no_master.json()["error"]) == (503, "ConfigError")
     assert "CQRS_PERSONAL_DATA_MASTER_KEY" in no_master.json()["message"]
     assert opened == []
+
+
+def test_cqrs_serve_without_a_master_key_stops_as_it_starts(
+        opened: list[Any], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("CQRS_PERSONAL_DATA_MASTER_KEY", raising=False)
+    monkeypatch.delenv("CQRS_CONFIG", raising=False)
+    monkeypatch.setattr("uvicorn.run", lambda *_, **__: pytest.fail("served without a key"))
+    assert main(["serve", TICKETING, "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cqrs: error: app 'ticketing' has personal fields") and \
+        err.count("\n") == 1
+    assert opened == []  # checked without connecting
