@@ -572,9 +572,9 @@ class PersonalDataSettings:
                 "print(base64.b64encode(os.urandom(32)).decode())\"`")
         if not self.master_key:
             raise ConfigError(
-                "personal_data.master_key is not set, and the app has personal fields: set "
-                f"CQRS_PERSONAL_DATA_MASTER_KEY (or [personal_data] master_key) to the base64 of "
-                f"32 random bytes; {make}")
+                "personal_data.master_key is not set (the key that wraps the data subjects' "
+                "keys): set CQRS_PERSONAL_DATA_MASTER_KEY (or [personal_data] master_key) to the "
+                f"base64 of 32 random bytes; {make}")
         try:
             key = base64.b64decode(self.master_key, validate=True)
         except (binascii.Error, ValueError):

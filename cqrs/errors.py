@@ -46,6 +46,8 @@ __all__ = [
     "MissingKeyStoreError",
     "TamperedDataError",
     "KeyStoreError",
+    "NoPersonalDataError",
+    "InvalidSubjectError",
     # envelope
     "EnvelopeError",
     "MissingHeaderError",
@@ -203,6 +205,15 @@ class TamperedDataError(DecodeError):
 
 class KeyStoreError(CqrsError, RuntimeError):
     """The store of the data subjects' keys cannot be read or written."""
+
+
+class NoPersonalDataError(CqrsError, LookupError):
+    """A data subject was to be forgotten in an app that declares no ``personal()`` fields (it
+    keeps no subjects' keys)."""
+
+
+class InvalidSubjectError(CqrsError, ValueError):
+    """A data subject's id that cannot be one (empty, not text)."""
 
 
 # --- envelope -------------------------------------------------------------------------------

@@ -202,10 +202,12 @@ class ProjectionRetrier:
     def decode(self) -> Decode:
         if self._decode is None:
             from cqrs.codec.kafka_schema_store import KafkaSchemaStore
+            from cqrs.personal.stack import key_store_for
 
+            key_store = key_store_for(self.cfg, self.app)
             self._schemas = KafkaSchemaStore(self.cfg.kafka.bootstrap_servers, self.schemas_topic,
                                              self.cfg.kafka.client_options())
-            self._decode = self.app.codec_for(self._schemas).decode
+            self._decode = self.app.codec_for(self._schemas, key_store=key_store).decode
         return self._decode
 
     def close(self) -> None:

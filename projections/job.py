@@ -83,15 +83,17 @@ class _WorkerContext:
     def __init__(self, cfg: CqrsConfig, opts: ProjectorOptions) -> None:
         from cqrs.codec.kafka_schema_store import KafkaSchemaStore
         from cqrs.loading import load_app
+        from cqrs.personal.stack import key_store_for
         from projections.model import find_projection
 
         self.cfg = cfg
         self.app = load_app(opts.app_ref)
         prefix = cfg.kafka.topic_prefix if opts.topic_prefix is None else opts.topic_prefix
         topics = topics_for(self.app.name, prefix)
+        key_store = key_store_for(cfg, self.app)  # once per worker process, on first use
         schemas = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas,
                                    cfg.kafka.client_options())
-        self.decode = self.app.codec_for(schemas).decode
+        self.decode = self.app.codec_for(schemas, key_store=key_store).decode
         self.projection = find_projection(self.app, opts.projection)
         self.dlq_topic = dead_letter_topic(self.app.name, prefix)
         self.store = cached_store(cfg)

@@ -85,6 +85,7 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
     from cqrs.ops.memory import children, rss_bytes
     from cqrs.ops.server import StatusServer
     from cqrs.ops.supervisor import QuerySpec, Supervisor
+    from cqrs.personal.stack import key_store_for
     from cqrs.processor.job import ProcessorOptions, checkpoint_for, start_processor
     from cqrs.processor.partition import SliceStats
     from cqrs.processor.source import new_stop_file
@@ -96,6 +97,9 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
     from projections.stores import cached_store
 
     app = load_app(app_ref)
+    # personal fields: the key store opens now, so a missing master key stops the runner here
+    # (every query would fail to start on it, and be restarted for ever)
+    key_store_for(cfg, app)
     topics = topics_for(app.name, cfg.kafka.topic_prefix)
     board = StatusBoard(app.name)
     spark = spark_session(cfg, f"cqrs-app-{app.name}")

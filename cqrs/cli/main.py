@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from cqrs.cli import (
-    app_cmd, config_cmd, demo_cmd, dev_cmd, dlq_cmd, history_cmd, log_cmd, process_cmd,
+    app_cmd, config_cmd, demo_cmd, dev_cmd, dlq_cmd, forget_cmd, history_cmd, log_cmd, process_cmd,
     projections_cmd, retrier_cmd,
     run_cmd, scheduler_cmd, send_cmd,
     state_cmd, top_cmd,
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     log_cmd.register(commands)
     dlq_cmd.register(commands)
     send_cmd.register(commands)
+    forget_cmd.register(commands)
     projections_cmd.register(commands)
     top_cmd.register(commands)
     return parser

@@ -105,6 +105,7 @@ def _run_status(cfg: CqrsConfig, args: argparse.Namespace) -> int:
 def _run_dlq(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     from cqrs.codec.kafka_schema_store import KafkaSchemaStore
     from cqrs.loading import load_app
+    from cqrs.personal.stack import key_store_for
     from cqrs.topics import topics_for
     from projections.apply import Target
     from projections.dlq import dead_letter_topic, read_dead_letters, replay_dead_letters
@@ -140,10 +141,11 @@ def _run_dlq(cfg: CqrsConfig, args: argparse.Namespace) -> int:
         for line in _parking_lines(parkings):
             print(line)
         return 0
+    key_store = key_store_for(cfg, app)
     schemas = KafkaSchemaStore(cfg.kafka.bootstrap_servers,
                                topics_for(app.name, cfg.kafka.topic_prefix).schemas,
                                cfg.kafka.client_options())
-    decode = app.codec_for(schemas).decode
+    decode = app.codec_for(schemas, key_store=key_store).decode
     store = open_store(cfg)
     still = 0
     try:

@@ -70,14 +70,18 @@ def _run_send(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     )
     from cqrs.client.command_client import check_ids
     from cqrs.loading import load_app
+    from cqrs.personal.stack import key_store_for
 
     app = load_app(args.app)
     command = command_from_json(app, args.command_type, read_data(args.data))  # before Kafka
     check_ids(args.aggregate_id, args.command_id, args.correlation_id, args.expected_version)
-    # the record's checks too (id and type within Cassandra's key, size within Kafka's limit)
+    # the record's checks too (id and type within Cassandra's key, size within Kafka's limit),
+    # personal fields encrypted as they will be sent (a missing master key is said here)
+    key_store = key_store_for(cfg, app)
+    codec = app.codec if key_store is None else app.codec_for(app.codec.store, key_store=key_store)
     encode_command(app, args.aggregate_id, command, expected_version=args.expected_version,
                    command_id=args.command_id, correlation_id=args.correlation_id,
-                   max_record_bytes=cfg.kafka.max_record_bytes())
+                   max_record_bytes=cfg.kafka.max_record_bytes(), codec=codec)
     with CommandClient(app, cfg) as client:
         future = client.send(args.aggregate_id, command, args.expected_version, args.command_id,
                              args.correlation_id)
@@ -112,8 +116,10 @@ def _run_serve(cfg: CqrsConfig, args: argparse.Namespace) -> int:
 
     from cqrs.http import HttpContext, create_http_app
     from cqrs.loading import load_app, load_object
+    from cqrs.personal.stack import require_master_key
 
     app = load_app(args.app)
+    require_master_key(cfg, app)  # personal fields: said now, not at the first request
     extra = [load_object(ref, "route factory") for ref in args.routes]
     if app.projections and "projections.http:routes" not in args.routes:
         from projections.http import routes as projection_routes  # the CLI sees both sides

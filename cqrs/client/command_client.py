@@ -95,6 +95,7 @@ class CommandClient:
     def __init__(self, app: App, cfg: CqrsConfig | None = None, *,
                  topics: AppTopics | None = None) -> None:
         from cqrs.codec.kafka_schema_store import KafkaSchemaStore
+        from cqrs.personal.stack import key_store_for
 
         self.app = app
         self.cfg = cfg = cfg if cfg is not None else load_config()
@@ -102,11 +103,12 @@ class CommandClient:
         self.client_id = cfg.client.client_id or f"{app.name}-{uuid.uuid4().hex[:12]}"
         self.default_timeout = cfg.client.timeout_s
         self.max_record_bytes = cfg.kafka.max_record_bytes()  # a bigger command is refused
+        key_store = key_store_for(cfg, app)  # a missing master key is said before Kafka
         ensure_topics(cfg, self.topics)
         self._store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, self.topics.schemas,
                                        cfg.kafka.client_options())
         try:
-            self._codec = app.codec_for(self._store)
+            self._codec = app.codec_for(self._store, key_store=key_store)
             self._codec.publish_schemas()  # the processor finds every schema this client writes
             ends = {p: high for p, (_, high) in watermarks(cfg, self.topics.results).items()}
             self.reply_partition: int | None = None
@@ -168,6 +170,7 @@ class CommandClient:
             self.app, aggregate_id, command, expected_version=expected_version,
             command_id=command_id, correlation_id=correlation_id,
             reply_partition=self.reply_partition, max_record_bytes=self.max_record_bytes,
+            codec=self._codec,
         )
         future = ResultFuture(cid, aggregate_id)
         self._listener.register(future)  # before producing: the answer may be quick

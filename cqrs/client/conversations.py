@@ -78,9 +78,12 @@ def wait_for_outcome(cfg: CqrsConfig, app: App, correlation_id: str, *, timeout:
     topics = topics or topics_for(app.name, cfg.kafka.topic_prefix)
     store = None
     if codec is None:
+        from cqrs.personal.stack import key_store_for
+
+        key_store = key_store_for(cfg, app)
         store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas,
                                  cfg.kafka.client_options())
-        codec = app.codec_for(store)
+        codec = app.codec_for(store, key_store=key_store)
     consumer = make_consumer(cfg)
     try:
         consumer.assign(_outcome_positions(cfg, consumer, topics, time.time() - since_s))

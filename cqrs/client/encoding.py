@@ -6,6 +6,7 @@ import datetime as _dt
 import uuid
 
 from cqrs.app import App
+from cqrs.codec.registry import Codec
 from cqrs.client.errors import CommandTooLargeError, InvalidAggregateIdError
 from cqrs.config import DEFAULT_MAX_RECORD_BYTES
 from cqrs.envelope import (
@@ -28,6 +29,7 @@ def encode_command(
     timestamp: _dt.datetime | None = None,
     reply_partition: int | None = None,
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    codec: Codec | None = None,
 ) -> tuple[str, bytes, bytes, Headers]:
     """``(command_id, key, value, headers)`` for ``command`` addressed to ``aggregate_id``.
 
@@ -40,6 +42,9 @@ def encode_command(
     aggregate type) is over Cassandra's 65,535 bytes (:class:`InvalidAggregateIdError`), and a
     record over ``max_record_bytes`` (:class:`CommandTooLargeError`; a client passes
     :meth:`cqrs.config.KafkaSettings.max_record_bytes`).
+
+    ``codec`` (default ``app.codec``) encodes the command: a command with personal fields needs
+    one with a key store (a :class:`~cqrs.client.CommandClient` passes its own).
     """
     entry, _ = app.model.route(command)
     try:
@@ -71,7 +76,7 @@ def encode_command(
         causation_id=causation_id,
         reply_partition=reply_partition,
     )
-    key, value, headers = to_kafka(envelope, app.codec.encode(command))
+    key, value, headers = to_kafka(envelope, (codec or app.codec).encode(command))
     size = record_size(key, value, headers)
     if size > max_record_bytes:
         raise CommandTooLargeError(cid, aggregate_id, envelope.message_type, size, max_record_bytes)

@@ -68,14 +68,18 @@ _CODECS_LOCK = threading.Lock()
 
 
 def spec_codec(spec: LogSpec) -> Codec:
-    """The app's codec bound to the spec's schemas, built once per Python worker."""
+    """The app's codec bound to the spec's schemas and the app's key store, built once per
+    Python worker."""
     key = cache_key(spec)
     with _CODECS_LOCK:
         codec = _CODECS.get(key)
         if codec is None:
             from cqrs.loading import load_app
+            from cqrs.personal.stack import key_store_for
 
-            codec = _CODECS[key] = load_app(spec.app_ref).codec_for(_store(spec))
+            app = load_app(spec.app_ref)
+            codec = _CODECS[key] = app.codec_for(_store(spec),
+                                                 key_store=key_store_for(spec.cfg, app))
         return codec
 
 
@@ -131,9 +135,12 @@ class LogSource:
             marks = watermarks(cfg, topics.events)  # TopicNotFoundError names a missing topic
             opened = cls(the_app, LogSpec(cfg, ref, topics.schemas), topic=topics.events,
                          marks=marks)
+        from cqrs.personal.stack import key_store_for
+
+        key_store = key_store_for(cfg, the_app)  # a missing master key: said here, not in a task
         store = _store(opened.spec)
         try:
-            check_compatibility(store, the_app.codec_for(store))
+            check_compatibility(store, the_app.codec_for(store, key_store=key_store))
         finally:
             if hasattr(store, "close"):
                 store.close()

@@ -20,11 +20,12 @@ __all__ = ["builtin_routes", "create_http_app"]
 
 
 def builtin_routes() -> list[RouteFactory]:
-    """The routes every service has: ``/commands``, ``/aggregates``, ``/conversations`` and
-    ``/dead-letters``."""
-    from cqrs.http import aggregates, commands, conversations, deadletters
+    """The routes every service has: ``/commands``, ``/aggregates``, ``/conversations``,
+    ``/dead-letters`` and ``/subjects`` (forgetting a data subject)."""
+    from cqrs.http import aggregates, commands, conversations, deadletters, subjects
 
-    return [commands.routes, aggregates.routes, conversations.routes, deadletters.routes]
+    return [commands.routes, aggregates.routes, conversations.routes, deadletters.routes,
+            subjects.routes]
 
 
 def create_http_app(ctx: HttpContext, extra_routes: Sequence[RouteFactory] = (), *,

@@ -1,7 +1,8 @@
 """Errors as JSON ``{"error": type, "message": text, ...}`` with a 4xx status for bad requests
 (413 for a command over Kafka's record limit, with its ``size`` and the ``limit`` in bytes; 422
-for malformed data and ids, an aggregate id too long for its state row among them); a bug is a
-500 with its type and message, never a traceback."""
+for malformed data and ids, an aggregate id too long for its state row among them); 503 when
+the service cannot answer (Kafka or Cassandra unreachable, a setting missing, e.g. the master
+key of personal data); a bug is a 500 with its type and message, never a traceback."""
 
 from __future__ import annotations
 
@@ -15,7 +16,13 @@ from cqrs.client.errors import (
     InvalidCommandIdError,
     UnknownCommandTypeError,
 )
-from cqrs.errors import CqrsError, RecordTooLargeError
+from cqrs.errors import (
+    ConfigError,
+    CqrsError,
+    InvalidSubjectError,
+    NoPersonalDataError,
+    RecordTooLargeError,
+)
 
 __all__ = ["error_body", "install_error_handlers", "status_of"]
 
@@ -27,12 +34,15 @@ def status_of(exc: BaseException) -> int:
     from cqrs.history.rows import HistoryRangeError
     from cqrs.processor.state import StateReadError, StateTimeoutError
 
-    if isinstance(exc, (UnknownCommandTypeError, HistoryRangeError)):
+    if isinstance(exc, (UnknownCommandTypeError, HistoryRangeError, NoPersonalDataError)):
         return 404
     if isinstance(exc, RecordTooLargeError):  # a command over Kafka's record limit
         return 413
-    if isinstance(exc, (CommandDataError, InvalidAggregateIdError, InvalidCommandIdError)):
+    if isinstance(exc, (CommandDataError, InvalidAggregateIdError, InvalidCommandIdError,
+                        InvalidSubjectError)):
         return 422
+    if isinstance(exc, ConfigError):  # the service's configuration (a missing master key)
+        return 503
     if isinstance(exc, (CommandTimeoutError, StateTimeoutError)):
         return 504
     if isinstance(exc, StateReadError):

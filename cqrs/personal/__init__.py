@@ -5,7 +5,8 @@ Declaring lives in the domain (``from cqrs.domain import personal``, ``@event(su
 this package holds the cipher (:mod:`cqrs.personal.cipher`), the key stores
 (:class:`KeyStore`, :class:`MemoryKeyStore`, :class:`KeyCache`,
 :class:`~cqrs.personal.cassandra_keys.CassandraKeyStore`) and what the codec calls to seal and
-open a message's fields (:class:`~cqrs.personal.fields.FieldSealer`). See docs/personal-data.md.
+open a message's fields (:class:`~cqrs.personal.fields.FieldSealer`); the stack's key store and
+forgetting a subject (:func:`key_store_for`, :func:`forget_subject`). See docs/personal-data.md.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from cqrs.personal.cassandra_keys import (
 )
 from cqrs.personal.cipher import SEALED_PREFIX, MasterKey, SubjectKey
 from cqrs.personal.keys import KeyCache, KeyStore, MemoryKeyStore
+from cqrs.personal.stack import forget_subject, key_store_for
 
 __all__ = [
     "KEY_TABLE",
@@ -27,5 +29,7 @@ __all__ = [
     "MasterKey",
     "MemoryKeyStore",
     "SubjectKey",
+    "forget_subject",
+    "key_store_for",
     "open_key_store",
 ]

@@ -114,13 +114,15 @@ class ReactorRun:
     def __init__(self, cfg: CqrsConfig, app: App, name: str, topics: AppTopics) -> None:
         from cqrs.codec.kafka_schema_store import KafkaSchemaStore
         from cqrs.kafka_io import make_producer
+        from cqrs.personal.stack import key_store_for
 
         self.cfg = cfg
         self.app = app
         self.topics = topics
+        key_store = key_store_for(cfg, app)
         self._schemas = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas,
                                          cfg.kafka.client_options())
-        self.codec = app.codec_for(self._schemas)
+        self.codec = app.codec_for(self._schemas, key_store=key_store)
         self.reactor = Reactor(app, process_manager_of(app, name), self.codec,
                                cfg.kafka.max_record_bytes())
         self.producer = make_producer(cfg)

@@ -79,13 +79,15 @@ def worker_for(cfg: CqrsConfig, opts: ProcessorOptions, with_io: bool = True) ->
             from cqrs.codec.kafka_schema_store import KafkaSchemaStore
             from cqrs.kafka_io import make_producer
             from cqrs.loading import load_app
+            from cqrs.personal.stack import key_store_for
             from cqrs.processor.state_table import open_state_table
 
             app = load_app(opts.app_ref)
             topics = opts.topics or topics_for(app.name, cfg.kafka.topic_prefix)
             store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas,
                                      cfg.kafka.client_options())
-            step = AggregateStep(app, app.codec_for(store), topics, opts.dedup,
+            codec = app.codec_for(store, key_store=key_store_for(cfg, app))
+            step = AggregateStep(app, codec, topics, opts.dedup,
                                  results_partitions=opts.results_partitions,
                                  max_record_bytes=cfg.kafka.max_record_bytes())
             table = open_state_table(cfg, topics) if with_io else None
@@ -131,14 +133,19 @@ def check_app_schemas(cfg: CqrsConfig, topics: AppTopics, app: App, *,
                       publish: bool = False) -> None:
     """Refuse an app whose classes cannot read the messages its schemas topic describes
     (:class:`~cqrs.errors.IncompatibleSchemaError`, naming each type and field): the check every
-    job runs before it starts, the processor, the projectors and a rebuild alike. ``publish``:
-    then publish the app's schemas (a job that writes messages: executors find them there)."""
+    job runs before it starts, the processor, the projectors and a rebuild alike. An app with
+    personal fields also opens its key store here (:func:`~cqrs.personal.stack.key_store_for`),
+    so a missing master key stops the job now, not in a task, and the key table exists before
+    executors use it. ``publish``: then publish the app's schemas (a job that writes messages:
+    executors find them there)."""
     from cqrs.codec.kafka_schema_store import KafkaSchemaStore
     from cqrs.codec.registry import check_compatibility
+    from cqrs.personal.stack import key_store_for
 
+    key_store = key_store_for(cfg, app)  # before Kafka: a missing master key is said first
     store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas, cfg.kafka.client_options())
     try:
-        codec = app.codec_for(store)
+        codec = app.codec_for(store, key_store=key_store)
         check_compatibility(store, codec)  # refuse code that cannot read the stored messages
         if publish:
             codec.publish_schemas()  # executors then find every schema they write

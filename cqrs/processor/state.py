@@ -70,12 +70,15 @@ class AggregateState:
 
 
 def state_codec(cfg: CqrsConfig, app: App, topics: AppTopics | None = None) -> tuple[Codec, Any]:
-    """The app's codec bound to the Kafka schema store, and the store (close it when done)."""
+    """The app's codec bound to the Kafka schema store and the app's key store, and the schema
+    store (close it when done)."""
     from cqrs.codec.kafka_schema_store import KafkaSchemaStore
+    from cqrs.personal.stack import key_store_for
 
+    key_store = key_store_for(cfg, app)
     t = topics or topics_for(app.name, cfg.kafka.topic_prefix)
     store = KafkaSchemaStore(cfg.kafka.bootstrap_servers, t.schemas, cfg.kafka.client_options())
-    return app.codec_for(store), store
+    return app.codec_for(store, key_store=key_store), store
 
 
 def decode_state(codec: Codec, aggregate_type: str, aggregate_id: str, blob: bytes) -> AggregateState:
