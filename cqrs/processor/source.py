@@ -98,9 +98,29 @@ def _settings(options: Any) -> SourceSettings:
     return pickle.loads(zlib.decompress(base64.b64decode(options[_PAYLOAD])))  # noqa: S301 - ours
 
 
+WORKER_POOL_VARIABLE = "CQRS_PYTHON_WORKERS"
+
+
 def register_source(spark: Any) -> None:
-    """Register the source with the session (idempotent)."""
-    spark.dataSource.register(CommandSource)
+    """Register the source with the session (idempotent).
+
+    Its tasks get Python workers of their own: the source's function carries an environment
+    variable (:data:`WORKER_POOL_VARIABLE`), and Spark keeps a pool of workers per environment.
+    A lane a serving task left deciding in its worker (:mod:`cqrs.processor.lanes`) is then
+    found by the next task of its partitions; in a driver shared with projectors (``cqrs run
+    app``), whose tasks took the idle worker in turn, the next task landed on the other worker
+    about every other batch, dropped the lane and decided its command again, so a slow
+    aggregate's commands hardly moved."""
+    env = spark.sparkContext.environment  # copied into each function wrapped while it is set
+    before = env.get(WORKER_POOL_VARIABLE)
+    env[WORKER_POOL_VARIABLE] = "processor"
+    try:
+        spark.dataSource.register(CommandSource)
+    finally:
+        if before is None:
+            env.pop(WORKER_POOL_VARIABLE, None)
+        else:
+            env[WORKER_POOL_VARIABLE] = before
 
 
 class SourceError(CqrsError, RuntimeError):
