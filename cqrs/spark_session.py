@@ -52,6 +52,9 @@ def spark_conf(cfg: CqrsConfig) -> dict[str, str]:
         "spark.python.worker.reuse": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.adaptive.enabled": "false",  # micro-batches are small: no re-planning per stage
+        # queries of one driver share its cores by pools (the processor's has its own, see
+        # cqrs.processor.job.start_processor): a freed core goes to the pool running fewest
+        "spark.scheduler.mode": "FAIR",
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
