@@ -11,9 +11,10 @@ from typing import Any
 
 from cqrs.app import App
 from cqrs.domain import Aggregate, CommandHandler, Event, command, event
+from projections import Projection
 
-__all__ = ["Blow", "Crash", "Foreign", "NotEvents", "Note", "SendForeign", "Sleep", "Tick", "Ticked",
-           "Write", "Written", "app", "make_app"]
+__all__ = ["Blow", "Crash", "Foreign", "NotEvents", "Note", "Notes", "SendForeign", "Sleep", "Tick",
+           "Ticked", "Write", "Written", "app", "make_app"]
 
 
 @command(name="badin.Write")
@@ -111,8 +112,25 @@ class NoteHandler(CommandHandler[Note]):
         raise RuntimeError(f"crashed on a {len(cmd.text):,}-character command")
 
 
+class Notes(Projection):
+    """A read model of every note (run by ``cqrs run app``): an event projected without its
+    command answered would show here."""
+
+    name = "notes"
+    aggregate = Note
+    key = "note_id"
+    columns = {"size": int, "ticks": int}
+    defaults = {"size": 0, "ticks": 0}
+
+    def on_written(self, view: dict, event: Written) -> None:
+        view["size"] += len(event.text)
+
+    def on_ticked(self, view: dict, event: Ticked) -> None:
+        view["ticks"] += 1
+
+
 def make_app() -> App:
-    return App("badin", aggregates=[Note], handlers=[NoteHandler])
+    return App("badin", aggregates=[Note], handlers=[NoteHandler], projections=[Notes])
 
 
 app = make_app()

@@ -1,10 +1,12 @@
 """``bad_inputs_app`` after an incompatible change: ``badin.Write.text`` became an int (no
-default, no upcaster). For tests/integration/test_bad_inputs.py; not a test module."""
+default, no upcaster); its ``notes`` projection is the same. For
+tests/integration/test_bad_inputs.py; not a test module."""
 
 from __future__ import annotations
 
 from cqrs.app import App
 from cqrs.domain import Aggregate, CommandHandler, Event, command, event
+from projections import Projection
 
 __all__ = ["app"]
 
@@ -29,4 +31,15 @@ class NoteHandler(CommandHandler[Note]):
         return [Written(str(cmd.text))]
 
 
-app = App("badin", aggregates=[Note], handlers=[NoteHandler])
+class Notes(Projection):
+    name = "notes"
+    aggregate = Note
+    key = "note_id"
+    columns = {"size": int, "ticks": int}
+    defaults = {"size": 0, "ticks": 0}
+
+    def on_written(self, view: dict, event: Written) -> None:
+        view["size"] += len(event.text)
+
+
+app = App("badin", aggregates=[Note], handlers=[NoteHandler], projections=[Notes])
