@@ -48,6 +48,7 @@ __all__ = [
     "KeyStoreError",
     "NoPersonalDataError",
     "InvalidSubjectError",
+    "MissingMasterKeyError",
     # envelope
     "EnvelopeError",
     "MissingHeaderError",
@@ -214,6 +215,11 @@ class NoPersonalDataError(CqrsError, LookupError):
 
 class InvalidSubjectError(CqrsError, ValueError):
     """A data subject's id that cannot be one (empty, not text)."""
+
+
+class MissingMasterKeyError(ConfigError):
+    """An app with ``personal()`` fields runs without a valid ``[personal_data] master_key``:
+    the service cannot seal or open their values (HTTP 503, unlike a bad request's 400)."""
 
 
 # --- envelope -------------------------------------------------------------------------------

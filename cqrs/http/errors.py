@@ -17,9 +17,9 @@ from cqrs.client.errors import (
     UnknownCommandTypeError,
 )
 from cqrs.errors import (
-    ConfigError,
     CqrsError,
     InvalidSubjectError,
+    MissingMasterKeyError,
     NoPersonalDataError,
     RecordTooLargeError,
 )
@@ -41,7 +41,7 @@ def status_of(exc: BaseException) -> int:
     if isinstance(exc, (CommandDataError, InvalidAggregateIdError, InvalidCommandIdError,
                         InvalidSubjectError)):
         return 422
-    if isinstance(exc, ConfigError):  # the service's configuration (a missing master key)
+    if isinstance(exc, MissingMasterKeyError):  # the service's configuration, not the request
         return 503
     if isinstance(exc, (CommandTimeoutError, StateTimeoutError)):
         return 504

@@ -17,7 +17,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from cqrs.config import CqrsConfig, cache_key
-from cqrs.errors import ConfigError, InvalidSubjectError, NoPersonalDataError
+from cqrs.errors import ConfigError, InvalidSubjectError, MissingMasterKeyError, NoPersonalDataError
 from cqrs.personal.cassandra_keys import open_key_store
 from cqrs.personal.keys import KeyStore
 
@@ -44,7 +44,8 @@ def key_store_for(cfg: CqrsConfig, app: App) -> KeyStore | None:
       its other Cassandra resources). It stays open for the life of the process: do not close
       it (:func:`close_key_stores` does, for tests).
 
-    A missing or malformed ``[personal_data] master_key`` raises :class:`ConfigError` (naming
+    A missing or malformed ``[personal_data] master_key`` raises
+    :class:`~cqrs.errors.MissingMasterKeyError` (a :class:`ConfigError`, naming
     the app, the setting and how to make a key) before anything connects: a job asks here
     before it starts (:func:`cqrs.processor.job.check_app_schemas`), so it fails there rather
     than in a task.
@@ -63,7 +64,7 @@ def key_store_for(cfg: CqrsConfig, app: App) -> KeyStore | None:
 
 
 def require_master_key(cfg: CqrsConfig, app: App) -> None:
-    """Refuse (:class:`ConfigError`, naming the app, ``[personal_data] master_key`` /
+    """Refuse (:class:`~cqrs.errors.MissingMasterKeyError`, naming the app, ``[personal_data] master_key`` /
     ``CQRS_PERSONAL_DATA_MASTER_KEY`` and how to make one) a configuration without a valid
     master key for an app with personal fields that binds no key store of its own; connects
     to nothing (``cqrs serve`` checks it as it starts)."""
@@ -72,7 +73,8 @@ def require_master_key(cfg: CqrsConfig, app: App) -> None:
     try:
         cfg.personal_data.master_key_bytes()
     except ConfigError as exc:
-        raise ConfigError(f"app {app.name!r} has personal fields ({_names(app)}): {exc}") from None
+        raise MissingMasterKeyError(
+            f"app {app.name!r} has personal fields ({_names(app)}): {exc}") from None
 
 
 def close_key_stores() -> None:

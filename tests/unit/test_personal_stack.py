@@ -295,7 +295,7 @@ def test_http_forget_refusals(opened: list[Any]) -> None:
     assert (no_personal.status_code, no_personal.json()["error"]) == (404, "NoPersonalDataError")
     assert (empty.status_code, empty.json()["error"]) == (422, "InvalidSubjectError")
     assert wrong_method.status_code == 405
-    assert (no_master.status_code, no_master.json()["error"]) == (503, "ConfigError")
+    assert (no_master.status_code, no_master.json()["error"]) == (503, "MissingMasterKeyError")
     assert "CQRS_PERSONAL_DATA_MASTER_KEY" in no_master.json()["message"]
     assert opened == []
 
