@@ -106,6 +106,10 @@ def build_archive(cfg: CqrsConfig, say: Callable[[str], None] = print,
     for old in sorted(path.parent.glob("spark-driver-*.jsa"), key=lambda p: p.stat().st_mtime,
                       reverse=True)[KEEP + 1:]:
         old.unlink(missing_ok=True)
+        old.with_suffix(".log").unlink(missing_ok=True)
+    for stale in path.parent.glob("spark-driver-*.partial"):  # of an install that was killed
+        if time.time() - stale.stat().st_mtime > 3600:
+            stale.unlink(missing_ok=True)
     say(f"spark driver class archive: {path.stat().st_size / 2**20:.0f} MiB in "
         f"{time.monotonic() - started:.0f} s")
     return path
