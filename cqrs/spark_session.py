@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["connector_jars", "past_initialising", "spark_conf", "spark_session",
            "stop_between_batches", "wait_until_started", "with_trigger"]
 
+POOLS_FILE = Path(__file__).with_name("spark_pools.xml")  # the processor's scheduler pool
 FS_CHECKPOINT_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
 
@@ -55,6 +56,7 @@ def spark_conf(cfg: CqrsConfig) -> dict[str, str]:
         # queries of one driver share its cores by pools (the processor's has its own, see
         # cqrs.processor.job.start_processor): a freed core goes to the pool running fewest
         "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": str(POOLS_FILE),
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }

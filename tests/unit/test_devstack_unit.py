@@ -118,3 +118,12 @@ def test_the_driver_maps_the_class_archive_once_it_is_built(tmp_path: Path) -> N
     assert conf()["spark.driver.extraJavaOptions"] == (
         f"-Dmine=1 -XX:SharedArchiveFile={path} -Xlog:cds=off,cds+dynamic=off")  # added to theirs
     assert conf(CQRS_SPARK_CLASS_DATA_SHARING="false")["spark.driver.extraJavaOptions"] == "-Dmine=1"
+
+
+def test_drivers_schedule_fair_with_the_processors_pool_configured(tmp_path: Path) -> None:
+    from cqrs.processor.job import PROCESSOR_POOL
+
+    conf = spark_conf(load_config(env={"CQRS_HOME": str(tmp_path), "CQRS_SPARK_USE_LOCAL_JARS": "false"}))
+    assert conf["spark.scheduler.mode"] == "FAIR"
+    pools = Path(conf["spark.scheduler.allocation.file"]).read_text()
+    assert f'<pool name="{PROCESSOR_POOL}">' in pools and "<minShare>1</minShare>" in pools
