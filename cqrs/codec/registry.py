@@ -42,6 +42,7 @@ from cqrs.domain.messages import type_name, type_version
 from cqrs.domain.personal import personal_fields
 from cqrs.errors import (
     CodecError,
+    CqrsError,
     DecodeError,
     EncodeError,
     IncompatibleSchemaError,
@@ -311,6 +312,41 @@ class Codec:
         obj = record_from_avro(reg.cls, record)
         sealer = self._sealers.get(reg.cls)
         return obj if sealer is None else sealer.open(obj, writer.type_name)
+
+    # ---- personal data: what a batch's key look-up needs ----------------------------------
+
+    @property
+    def personal(self) -> bool:
+        """Whether any registered class has personal fields (else nothing below finds any)."""
+        return bool(self._sealers)
+
+    def subject_of(self, obj: object) -> str | None:
+        """The data subject of ``obj`` if its class has personal fields (its subject field,
+        when a non-empty ``str``), else None."""
+        sealer = self._sealers.get(type(obj))
+        if sealer is None:
+            return None
+        subject = getattr(obj, sealer.subject, None)
+        return subject if type(subject) is str and subject else None
+
+    def peek_subject(self, data: bytes) -> str | None:
+        """The data subject of the message in ``data`` when its class has personal fields,
+        read without opening them (no key is looked up); None for any other message, and
+        for one this cannot read here (data of an older version, or not a message: decoding
+        it says what is wrong, and looks its key up then). Costs a header look-up for a class
+        without personal fields, a decode for one with."""
+        if type(data) is not bytes or data[:HEADER_SIZE] in self._reads:
+            return None
+        try:
+            fp, body = split(data)
+            writer = self._writer(fp)
+            reg = self._by_name.get(writer.type_name)
+            if reg is None or reg.version != writer.version or reg.cls not in self._sealers:
+                return None
+            plan = self._decode_plans.get(fp) or self._decode_plan(fp, writer, reg)
+            return self.subject_of(self._current(plan, body, writer))
+        except CqrsError:
+            return None
 
     def _current(self, plan: _DecodePlan, body: bytes | memoryview, writer: _Writer) -> Any:
         """The instance of a current class in ``body`` (written with ``writer``'s schema)."""

@@ -46,6 +46,13 @@ class KeyStore(abc.ABC):
         """``subject``'s key, made now if it has none."""
         return self.get_or_create_many((subject,))[subject]
 
+    def prefetch(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
+        """The keys of a batch's data subjects at once, made now for those without one: what a
+        job asks before it decodes and encodes a batch of their messages, so that the
+        messages' own look-ups find them (in a :class:`KeyCache`: the batch costs one request
+        to the store however many new subjects it has, not one each)."""
+        return self.get_or_create_many(subjects)
+
     def key_for(self, subject: str, key_id: bytes) -> SubjectKey | None:
         """The key with ``key_id`` if it is still ``subject``'s key (what opening a sealed
         value needs), else None: the value was sealed before the subject was forgotten."""
@@ -103,10 +110,11 @@ class KeyCache(KeyStore):
         self._gone: collections.OrderedDict[tuple[str, bytes], None] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def _cached(self, subjects: Collection[str]) -> tuple[dict[str, SubjectKey], list[str]]:
+    def _cached(self, subjects: Collection[str], max_age_s: float | None = None,
+                ) -> tuple[dict[str, SubjectKey], list[str]]:
         found: dict[str, SubjectKey] = {}
         missing: list[str] = []
-        stale = self._clock() - self.ttl_s
+        stale = self._clock() - (self.ttl_s if max_age_s is None else max_age_s)
         with self._lock:
             for s in subjects:
                 entry = self._keys.get(s)
@@ -127,9 +135,11 @@ class KeyCache(KeyStore):
                 self._keys.popitem(last=False)
 
     def _through(self, subjects: Collection[str],
-                 load: Callable[[Collection[str]], dict[str, SubjectKey]]) -> dict[str, SubjectKey]:
-        """The cached keys of ``subjects``, and the others from ``load`` (kept)."""
-        found, missing = self._cached(subjects)
+                 load: Callable[[Collection[str]], dict[str, SubjectKey]],
+                 max_age_s: float | None = None) -> dict[str, SubjectKey]:
+        """The cached keys of ``subjects`` (at most ``max_age_s`` old; default: the TTL), and
+        the others from ``load`` (kept)."""
+        found, missing = self._cached(subjects, max_age_s)
         if missing:
             loaded = load(missing)
             self._keep(loaded)
@@ -138,6 +148,28 @@ class KeyCache(KeyStore):
 
     def get_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
         return self._through(subjects, self.store.get_many)
+
+    def prefetch(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
+        """:meth:`KeyStore.prefetch`: one request to the store for the subjects not cached,
+        and for those cached more than half the TTL ago (so that no key the batch was checked
+        with expires while the batch runs: a job decoding and encoding it uses these keys
+        throughout; a subject forgotten elsewhere is still noticed within the TTL)."""
+        return self._through(subjects, self.store.get_or_create_many, self.ttl_s / 2)
+
+    def _fresh(self, subject: str) -> SubjectKey | None:
+        """``subject``'s cached key if it is fresh (the path of every sealed message)."""
+        with self._lock:
+            entry = self._keys.get(subject)
+            if entry is None or entry[1] <= self._clock() - self.ttl_s:
+                return None
+            self._keys.move_to_end(subject)
+            return entry[0]
+
+    def get(self, subject: str) -> SubjectKey | None:
+        return self._fresh(subject) or self.get_many((subject,)).get(subject)
+
+    def get_or_create(self, subject: str) -> SubjectKey:
+        return self._fresh(subject) or self.get_or_create_many((subject,))[subject]
 
     def get_or_create_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
         return self._through(subjects, self.store.get_or_create_many)

@@ -349,6 +349,65 @@ def test_the_cache_keeps_at_most_size_keys() -> None:
     assert store.reads == [["a"]]
 
 
+class _CountingCreates(_Counting):
+    def __init__(self) -> None:
+        super().__init__()
+        self.creates: list[list[str]] = []
+
+    def get_or_create_many(self, subjects):  # type: ignore[no-untyped-def]
+        self.creates.append(sorted(subjects))
+        return super().get_or_create_many(subjects)
+
+
+def test_a_batch_prefetch_is_one_request_and_refreshes_keys_past_half_their_age() -> None:
+    now = [0.0]
+    store = _CountingCreates()
+    cache = KeyCache(store, size=100, ttl_s=60, clock=lambda: now[0])
+    subjects = [f"s-{n}" for n in range(40)]
+    keys = cache.prefetch(subjects)
+    assert sorted(keys) == sorted(subjects) and store.creates == [sorted(subjects)]
+    for s in subjects:  # the messages' own look-ups: from the cache
+        assert cache.get_or_create(s) is keys[s] and cache.key_for(s, keys[s].key_id) is keys[s]
+    assert store.creates == [sorted(subjects)] and store.reads == []
+    now[0] = 29.0  # younger than half the TTL: nothing asked
+    assert cache.prefetch(subjects[:2]) == {s: keys[s] for s in subjects[:2]}
+    assert len(store.creates) == 1
+    now[0] = 31.0  # older: asked again, at once, so no key expires while a batch runs
+    store.forget("s-0")  # by another process
+    again = cache.prefetch(subjects[:2])
+    assert store.creates[1:] == [["s-0", "s-1"]]
+    assert again["s-1"] == keys["s-1"] and again["s-0"].key_id != keys["s-0"].key_id
+
+
+def test_sealing_the_same_value_again_is_remembered_by_the_key() -> None:
+    from cqrs.personal.cipher import SEALED_PER_KEY, SubjectKey, open_text, parse_sealed, seal_text
+
+    key = SubjectKey.new()
+    first = seal_text(key, "Ann", "c-1", "shop.Customer", "name")
+    assert seal_text(key, "Ann", "c-1", "shop.Customer", "name") is first  # not sealed again
+    assert seal_text(key, "Ann", "c-1", "shop.Customer", "email") != first  # bound to the field
+    for n in range(2 * SEALED_PER_KEY):
+        sealed = seal_text(key, f"v{n}", "c-1", "shop.Customer", "name")
+        assert open_text(key, parse_sealed(sealed, "x"), "c-1", "shop.Customer", "name") == f"v{n}"
+    assert len(key._sealed) == SEALED_PER_KEY  # noqa: SLF001 - bounded
+    again = seal_text(key, "Ann", "c-1", "shop.Customer", "name")  # forgotten by the memo:
+    assert again == first and again is not first  # sealed again, to the same text
+
+
+def test_the_codec_peeks_at_a_messages_subject_without_a_key(
+        codec: Codec, keys: MemoryKeyStore) -> None:
+    data = codec.encode(ANN)
+    state = codec.encode(Customer("c-7", "x@example.com"))
+    plain = codec.encode(PlanChanged("gold"))
+    looked_up = _Counting()
+    peeking = make_app().codec_for(codec.store, key_store=looked_up)
+    assert peeking.personal and peeking.peek_subject(data) == "c-1"
+    assert peeking.peek_subject(state) == "c-7"
+    assert peeking.peek_subject(plain) is None and peeking.peek_subject(b"junk") is None
+    assert looked_up.reads == []  # nothing was opened
+    assert peeking.subject_of(ANN) == "c-1" and peeking.subject_of(PlanChanged("gold")) is None
+
+
 # ---- the codec -----------------------------------------------------------------------------------
 
 
