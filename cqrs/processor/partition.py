@@ -9,7 +9,9 @@ and processes what it reads in chunks, all of the task's partitions at once
 2. read the state of all the chunk's aggregates at once: from this worker's cache when it
    processed the partition's previous commands itself, else from the state table (``IN``
    reads); commands at or below an aggregate's ``applied_offset`` were applied already (a
-   re-run batch) and are skipped;
+   re-run batch) and are skipped. An app with personal fields then asks the key store for
+   the keys of all the chunk's data subjects at once, and drops the cached states of
+   subjects forgotten since (:func:`_batch_keys`);
 3. run the shared :class:`~cqrs.processor.step.AggregateStep` per aggregate;
 4. write events, results and dead letters to Kafka and wait until every one is acknowledged;
 5. only then write the new state rows (``USING TIMESTAMP`` their command count, so a stale
@@ -88,6 +90,8 @@ class SliceStats:
     dead_letters: int = 0
     cache_hits: int = 0
     state_reads: int = 0
+    subject_keys: int = 0  # data subjects whose keys were looked up at once, before deciding
+    stale_states: int = 0  # cached states dropped: their subject's key changed (forgotten)
     deadlines_scheduled: int = 0  # deadline changes written (after the records explaining them)
     deadlines_cancelled: int = 0
     set_aside: int = 0  # aggregates whose decision ran long, set aside in lanes of their own
@@ -122,6 +126,9 @@ class _Cached:
     stored: StoredAggregate
     record: AggregateRecord
     decoded: Any  # the aggregate object, or UNDECODED
+    # the id of the key its subject had when it was decided (an aggregate with personal
+    # fields; None: not known, or none): see _batch_keys
+    key_id: bytes | None = None
 
 
 class StateCache:
@@ -433,14 +440,73 @@ def process_slices(worker: Worker, topic: str,
             worker.settle()
         stored = worker.table.read(worker.generation, sorted(wanted)) if wanted else {}
         stats.state_reads += len(wanted)
+        loaded: dict[tuple[str, str], AggregateRecord] = {}
+        keys: dict[str, Any] | None = None
+        if worker.step.codec.personal:  # the data subjects' keys at once, and a forget seen
+            keys, stale = _batch_keys(worker, grouped, stored, loaded, stats)
+            if stale:  # their states again from the table, which reads them as forgotten
+                if worker.unwritten(stale):
+                    worker.finish_sent()
+                    worker.settle()
+                stored.update(worker.table.read(worker.generation, sorted(stale)))
+                stats.state_reads += len(stale)
         stats.read_s += time.perf_counter() - t0
-        pending = _decide(worker, grouped, stored, stats)
+        pending = _decide(worker, grouped, stored, stats, loaded, keys)
         _write(worker, pending + from_lanes, stats, wait)
         stats.cpu_s = time.process_time() - cpu_started
         return stats
     finally:
         if collecting:
             gc.enable()
+
+
+def _batch_keys(worker: Worker, grouped: list[_Grouped],
+                stored: dict[tuple[str, str], StoredAggregate],
+                loaded: dict[tuple[str, str], AggregateRecord], stats: SliceStats,
+                ) -> tuple[dict[str, Any], set[str]]:
+    """For an app with personal fields: the keys of the slices' data subjects, asked of the key
+    store at once (:meth:`~cqrs.personal.keys.KeyStore.prefetch`), so that decoding and
+    encoding the slices finds every key in the cache: the subjects of the commands (read
+    without opening them), of the cached states and of the state rows read (``loaded`` gets
+    the rows' records, decoded once for the step).
+
+    A cached state is kept decoded, so it holds its personal values in clear: one whose
+    subject's key is not the key it was decided with (the subject was forgotten, and the
+    key cache has noticed: within ``[personal_data] key_cache_seconds``) is dropped from the
+    cache; the ids of those aggregates are returned, to read their rows again (which read
+    their personal fields as the replacement), so that their old values are never sealed
+    again under the subject's new key."""
+    step = worker.step
+    codec = step.codec
+    peek, subject_of = codec.peek_subject, codec.subject_of
+    subjects: set[str] = set()
+    held: list[tuple[_Grouped, tuple[str, str], str, _Cached]] = []
+    for g in grouped:
+        for key, records in g.groups.items():
+            for rec in records:
+                if rec.payload is not None and (subject := peek(rec.payload)) is not None:
+                    subjects.add(subject)
+            hit = g.cache.get(key)
+            if hit is not None:
+                if (subject := subject_of(hit.decoded)) is not None:
+                    subjects.add(subject)
+                    held.append((g, key, subject, hit))
+            elif (row := stored.get(key)) is not None:
+                record = loaded[key] = step.load_state(row.record)
+                if record.snapshot is not None and (subject := peek(record.snapshot)) is not None:
+                    subjects.add(subject)
+    if not subjects:
+        return {}, set()
+    keys = step.codec.key_store.prefetch(subjects) if step.codec.key_store is not None else {}
+    stats.subject_keys += len(subjects)
+    stale: set[str] = set()
+    for g, key, subject, hit in held:
+        now = keys.get(subject)
+        if now is None or now.key_id != hit.key_id:
+            del g.cache[key]
+            stale.add(key[1])
+    stats.stale_states += len(stale)
+    return keys, stale
 
 
 def _collect_lanes(worker: Worker, lanes: list[Lane], stats: SliceStats,
@@ -632,7 +698,9 @@ def _group(worker: Worker, topic: str, partition: int, messages: Sequence[Messag
 
 
 def _decide(worker: Worker, grouped: list[_Grouped],
-            stored: dict[tuple[str, str], StoredAggregate], stats: SliceStats) -> list[_Pending]:
+            stored: dict[tuple[str, str], StoredAggregate], stats: SliceStats,
+            loaded: dict[tuple[str, str], AggregateRecord] | None = None,
+            keys: dict[str, Any] | None = None) -> list[_Pending]:
     """3. of the module doc for the partitions' slices: the step per aggregate, in the worker's
     decider thread while this one watches for a decision that runs long (that aggregate is set
     aside in a lane of its own: :mod:`cqrs.processor.lanes`); then rows and cache, here."""
@@ -657,7 +725,9 @@ def _decide(worker: Worker, grouped: list[_Grouped],
             item.row, item.record, item.decoded = hit.stored, hit.record, hit.decoded
         else:
             row = item.row = stored.get(item.key)
-            item.record = None if row is None else step.load_state(row.record)
+            found = loaded.get(item.key) if loaded else None
+            item.record = found if found is not None else \
+                None if row is None else step.load_state(row.record)
             item.decoded = UNDECODED
         row = item.row
         if row is not None:
@@ -703,13 +773,25 @@ def _decide(worker: Worker, grouped: list[_Grouped],
             (row.commands if row is not None else 0) + len(item.records))
         slot.rows.append(new_row)
         cache = grouped[item.slice_index].cache
-        cache[item.key] = _Cached(new_row, result.record, result.state)
+        cache[item.key] = _Cached(new_row, result.record, result.state,
+                                  None if keys is None else _key_id(step, keys, result.state))
         cache.move_to_end(item.key)
     stats.aggregates += len(items)
     stats.cache_hits += hits
     stats.skipped += skipped
     stats.step_s += time.perf_counter() - t1
     return pending
+
+
+def _key_id(step: AggregateStep, keys: dict[str, Any], state: Any) -> bytes | None:
+    """The id of the key ``state`` (an aggregate with personal fields) was sealed with: its
+    subject's key as the slice's look-up found it (the key cache's, for a subject that first
+    appeared in the decision)."""
+    subject = step.codec.subject_of(state)
+    if subject is None or step.codec.key_store is None:
+        return None
+    key = keys.get(subject) or step.codec.key_store.get(subject)
+    return None if key is None else key.key_id
 
 
 MAX_WRITES_IN_FLIGHT = 4  # state writes a serving task lets run behind its decisions
