@@ -20,6 +20,7 @@ import attrs
 
 from cqrs.app import App
 from cqrs.client import encode_command
+from cqrs.codec.registry import Codec
 from cqrs.envelope import read_command
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import make_consumer, make_producer, take
@@ -44,11 +45,13 @@ class Encoded:
     headers: list[tuple[str, bytes]]
 
 
-def encode_all(app: App, commands: Iterable[tuple[str, object]]) -> list[Encoded]:
-    """Every command encoded by the client's own function, before any clock starts."""
+def encode_all(app: App, commands: Iterable[tuple[str, object]],
+               codec: Codec | None = None) -> list[Encoded]:
+    """Every command encoded by the client's own function, before any clock starts (with
+    ``codec``: the app's by default; an app with personal fields needs one with a key store)."""
     out = []
     for aggregate_id, command in commands:
-        cid, key, value, headers = encode_command(app, aggregate_id, command)
+        cid, key, value, headers = encode_command(app, aggregate_id, command, codec=codec)
         out.append(Encoded(cid.encode(), key, value, list(headers)))
     return out
 

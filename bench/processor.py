@@ -29,6 +29,14 @@ process after our Spark session has stopped (``--peer-aggregates``, default 1,00
 The Kafka Streams peer (``--with-kstreams``; ``bench/kstreams.py``): its ``./run-bench.sh``
 after everything else (never at the same time as ours), its figures read from its JSON lines.
 
+Personal fields (``--personal``, instead of the runs above; #26): the throughput run of ours on
+the bank of ``domain_examples/personal_bank.py`` with the holder's name and e-mail on every
+event and state, once written in clear (``plain_app``) and once declared ``personal()``
+(``app``: each event and state row has two fields encrypted with the account's key), in turns,
+``--rounds`` times (default 2) in one Spark session; prints each pair's figures and the ratio
+personal / plain. A master key is made for the run (``[personal_data] master_key``), the keys
+go to the key table of ``[cassandra] keyspace``, one per account.
+
 At the end: a Markdown table with every figure, its ratio to ours and the load average before
 each run; the figures as JSON in ``bench/results/<timestamp>.json``; and with ``--plot``
 (default on) PNGs under ``docs/img/`` (``bench/report.py`` redraws them from a JSON file).
@@ -54,6 +62,7 @@ import platform
 import subprocess
 import sys
 import time
+import base64
 import traceback
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -63,6 +72,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import attrs  # noqa: E402
+
+from cqrs.app import App  # noqa: E402
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
 from cqrs.processor.job import ProcessorOptions, start_processor  # noqa: E402
 from cqrs.processor.partition import SliceStats  # noqa: E402
@@ -90,13 +102,65 @@ LATENCY_AGGREGATES = 1000
 Row = dict[str, Any]
 
 
+@attrs.frozen
+class Bank:
+    """A bank app the throughput run measures: its reference (for Spark's workers), how to
+    open account ``a`` (id ``acc-a``) and make a deposit of an amount."""
+
+    label: str
+    app: App
+    ref: str
+    open: Callable[[str, int], object]
+    deposit: Callable[[int], object]
+    prefix: str = "acc-"  # of the aggregate ids: account ``a`` is ``f"{prefix}{a}"``
+
+    def forget_accounts(self, cfg: CqrsConfig, aggregates: int) -> None:
+        """Delete the keys a run of an app with personal fields made (one per account)."""
+        from cqrs.personal import key_store_for
+
+        store = key_store_for(cfg, self.app)
+        if store is not None:
+            for a in range(aggregates):
+                store.forget(f"{self.prefix}{a}")
+
+
+EXAMPLE = Bank(OURS, app, APP_REF, lambda _acc, a: OpenAccount(f"owner {a}"), Deposit)
+
+
+def personal_banks() -> tuple[Bank, Bank]:
+    """The bank of domain_examples/personal_bank.py with its holder and e-mail in clear, and
+    declared personal."""
+    from domain_examples.personal_bank import COMMANDS
+    from domain_examples.personal_bank import app as personal_app
+    from domain_examples.personal_bank import plain_app
+
+    token = os.urandom(4).hex()  # the accounts are data subjects: new ones for each run
+
+    def bank(label: str, of: App, ref: str) -> Bank:
+        kinds = COMMANDS[of.name]
+        return Bank(label, of, ref,
+                    lambda acc, a: kinds.open_account(acc, f"Holder Number {a}", f"holder.{a}@example.com"),
+                    kinds.deposit, f"acc-{token}-")
+
+    return (bank(f"{OURS}, plain fields", plain_app, "domain_examples.personal_bank:plain_app"),
+            bank(f"{OURS}, personal fields", personal_app, "domain_examples.personal_bank:app"))
+
+
 def commands_for(aggregates: int, commands: int | None) -> int:
     """``--commands``, or by default 100,000 and at least one per aggregate."""
     return commands if commands is not None else max(100_000, aggregates)
 
 
-def deposits(aggregates: int, commands: int) -> list[tuple[str, object]]:
-    return [(f"acc-{n % aggregates}", Deposit(1 + n % 100)) for n in range(commands)]
+def deposits(aggregates: int, commands: int, bank: Bank = EXAMPLE) -> list[tuple[str, object]]:
+    return [(f"{bank.prefix}{n % aggregates}", bank.deposit(1 + n % 100)) for n in range(commands)]
+
+
+def bank_codec(cfg: CqrsConfig, bank: Bank) -> Any:
+    """The codec the bench encodes ``bank``'s commands with: the client's, with the key store
+    of the stack for an app with personal fields."""
+    from cqrs.personal import key_store_for
+
+    return bank.app.codec_for(bank.app.codec.store, key_store=key_store_for(cfg, bank.app))
 
 
 class SliceTotals:
@@ -125,19 +189,20 @@ class SliceTotals:
 
 
 @contextlib.contextmanager
-def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int,
+def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int, bank: Bank = EXAMPLE,
                       ) -> Iterator[tuple[AppTopics, ResultWatcher, Any, SliceTotals]]:
     """Fresh topics, a results watcher and a running processor with every account opened."""
-    topics = fresh_topics(cfg, app.name, "processor")
+    topics = fresh_topics(cfg, bank.app.name, "processor")
     watcher = ResultWatcher(cfg, topics.results)
     watcher.start()
     checkpoint = cfg.spark.checkpoint_location("bench", topics.commands.replace(".", "-"))
     slices = SliceTotals()
     # as `cqrs run processor` runs it: the only query of its driver
-    query = start_processor(spark, cfg, ProcessorOptions(APP_REF, topics=topics, checkpoint=checkpoint),
+    query = start_processor(spark, cfg, ProcessorOptions(bank.ref, topics=topics, checkpoint=checkpoint),
                             on_batch=slices.on_batch, continuous=True)
     try:
-        opened = encode_all(app, [(f"acc-{a}", OpenAccount(f"owner {a}")) for a in range(aggregates)])
+        opened = encode_all(bank.app, [(f"{bank.prefix}{a}", bank.open(f"{bank.prefix}{a}", a))
+                                       for a in range(aggregates)], bank_codec(cfg, bank))
         print(f"warm-up: opening {aggregates:,} accounts", flush=True)
         started = time.monotonic()
         produce(cfg, topics.commands, opened)
@@ -149,14 +214,16 @@ def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int,
     finally:
         query.stop()
         watcher.stop()
+        bank.forget_accounts(cfg, aggregates)
 
 
-def throughput(cfg: CqrsConfig, spark: Any, aggregates: int, commands: int) -> Row:
-    load = announce(f"{OURS}: throughput, {commands:,} deposits over {aggregates:,} aggregates")
+def throughput(cfg: CqrsConfig, spark: Any, aggregates: int, commands: int,
+               bank: Bank = EXAMPLE) -> Row:
+    load = announce(f"{bank.label}: throughput, {commands:,} deposits over {aggregates:,} aggregates")
     started = time.monotonic()
-    work = encode_all(app, deposits(aggregates, commands))
+    work = encode_all(bank.app, deposits(aggregates, commands, bank), bank_codec(cfg, bank))
     print(f"encoded {commands:,} deposits in {time.monotonic() - started:.1f} s (before the clock)", flush=True)
-    with SparkMemorySampler() as mem, running_processor(cfg, spark, aggregates) as (topics, watcher, query, slices):
+    with SparkMemorySampler() as mem, running_processor(cfg, spark, aggregates, bank) as (topics, watcher, query, slices):
         cpu, parts = MachineCpu(), ComponentCpu(stack_pids(cfg))
         started = time.monotonic()
         produce(cfg, topics.commands, work)
@@ -173,7 +240,7 @@ def throughput(cfg: CqrsConfig, spark: Any, aggregates: int, commands: int) -> R
           f"JVM {peak.jvm_mib:,.0f}, workers {peak.workers_mib:,.0f} ({peak.workers})", flush=True)
     print("CPU in the window, us per command: " + ", ".join(
         f"{k} {v / commands * 1e6:,.0f}" for k, v in by_part.items()), flush=True)
-    return {"system": OURS, "kind": "throughput", "aggregates": aggregates, "commands": commands,
+    return {"system": bank.label, "kind": "throughput", "aggregates": aggregates, "commands": commands,
             "seconds": round(elapsed, 3), "commands_per_s": round(rate), "produce_seconds": round(produced, 3),
             "loadavg": load, "machine_pct": machine, "cpu_s": by_part, "memory": peak.as_dict(),
             "batches": batches}
@@ -317,6 +384,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peer-aggregates", type=int, nargs="*", default=[1000, 100_000])
     parser.add_argument("--peer-snapshot-interval", type=int, default=0,
                         help="eventsourcing snapshots every N events (default 0: none; see bench/peers.py)")
+    parser.add_argument("--personal", action="store_true",
+                        help="instead of the runs above: the bank with two fields per event in "
+                             "clear, then personal, in turns (--rounds), and the ratio")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="--personal: pairs of runs, plain then personal (default 2)")
     parser.add_argument("--with-kstreams", action="store_true",
                         help="run the Kafka Streams peer's ./run-bench.sh after everything else")
     parser.add_argument("--kstreams-dir", type=Path, default=KSTREAMS_DIR)
@@ -364,15 +436,66 @@ def spark_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) -> No
         spark.stop()
 
 
+def personal_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) -> list[float]:
+    """``--personal``: each ``--aggregates`` count, ``--rounds`` pairs of runs (the bank in
+    clear, then personal) in one Spark session; the ratios personal / plain, pair by pair."""
+    plain, personal = personal_banks()
+    ratios: list[float] = []
+    spark = spark_session(cfg, "cqrs-bench-processor-personal")
+    try:
+        if args.warm_up:
+            print(f"\n== warm-up, not recorded: {WARM_UP_COMMANDS:,} deposits over "
+                  f"{WARM_UP_AGGREGATES:,} aggregates, personal fields", flush=True)
+            throughput(cfg, spark, WARM_UP_AGGREGATES, WARM_UP_COMMANDS, personal)
+        for aggregates in args.aggregates:
+            m = commands_for(aggregates, args.commands)
+            for n in range(args.rounds):
+                pair = []
+                for bank in (plain, personal):
+                    attempt(rows, bank.label, "throughput",
+                            partial(throughput, cfg, spark, aggregates, m, bank),
+                            aggregates=aggregates, commands=m)
+                    pair.append(rows[-1])
+                if all("commands_per_s" in r for r in pair):
+                    ratio = pair[1]["commands_per_s"] / pair[0]["commands_per_s"]
+                    ratios.append(ratio)
+                    pair[1]["vs_plain"] = round(ratio, 3)
+                    print(f"RESULT personal round {n + 1}, {aggregates:,} aggregates: plain "
+                          f"{pair[0]['commands_per_s']:,}/s, personal {pair[1]['commands_per_s']:,}/s, "
+                          f"ratio {ratio:.3f}", flush=True)
+    finally:
+        spark.stop()
+    return ratios
+
+
+def with_run_master_key(cfg: CqrsConfig) -> CqrsConfig:
+    """``cfg`` with a master key made for this run (the keys it makes are of no use after)."""
+    return cfg.with_overrides(personal_data={
+        "master_key": base64.b64encode(os.urandom(32)).decode()})
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     cfg = load_config()
+    if args.personal:
+        cfg = with_run_master_key(cfg)
     meta: dict[str, Any] = {"started": dt.datetime.now().isoformat(timespec="seconds"), "machine": machine_summary(cfg),
                             "code": code_version(),
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
     print(f"machine: {meta['machine']['summary']}; code {meta['code']['commit']}"
           f"{' (framework modified)' if meta['code']['framework_modified'] else ''}", flush=True)
     rows: list[Row] = []
+    if args.personal:
+        try:
+            ratios = personal_rows(cfg, args, rows)
+        finally:
+            remove_fresh(cfg)
+        print("\n## Summary\n\n" + summary_table(rows) + "\n", flush=True)
+        if ratios:
+            print(f"RESULT personal / plain: {', '.join(f'{r:.3f}' for r in ratios)}; mean "
+                  f"{sum(ratios) / len(ratios):.3f}", flush=True)
+        print(f"figures: {write_results(meta, rows, args.results_dir)}", flush=True)
+        return
     if (args.ours or args.floor) and not (args.no_throughput and args.no_latency):
         try:
             spark_rows(cfg, args, rows)

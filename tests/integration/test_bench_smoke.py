@@ -38,4 +38,12 @@ def test_the_projector_bench_runs(cqrs_config: CqrsConfig) -> None:
     assert "RESULT steady stream" in out and "RESULT rebuild of 1,000 events" in out, out[-3000:]
 
 
+def test_the_processor_bench_with_personal_fields_runs(cqrs_config: CqrsConfig, tmp_path: Path) -> None:
+    env = {**os.environ, "CQRS_KAFKA_BOOTSTRAP": cqrs_config.kafka.bootstrap_servers}
+    out = _bench(["bench/processor.py", "--personal", "--aggregates", "20", "--commands", "500",
+                  "--rounds", "1", "--no-warm-up", "--results-dir", str(tmp_path)], env, 600)
+    assert "RESULT personal round 1, 20 aggregates: plain" in out, out[-3000:]
+    assert "RESULT personal / plain:" in out and list(tmp_path.glob("*.json"))
+
+
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
