@@ -20,6 +20,8 @@ from cqrs.personal.keys import KeyStore
 
 __all__ = ["FieldSealer"]
 
+_new, _set = object.__new__, object.__setattr__  # copies bypass __init__ and frozen classes
+
 
 class FieldSealer:
     """Seals and opens the personal fields of instances of ``declared.cls``, written under
@@ -55,22 +57,24 @@ class FieldSealer:
             )
         return subject
 
-    def _copy(self, obj: Any, changes: dict[str, Any]) -> Any:
-        new = object.__new__(self.cls)
+    def _copy(self, obj: Any, changes: dict[str, Any] | None = None) -> Any:
+        new = _new(self.cls)
         if self._has_dict:  # an aggregate: attributes besides the fields go along
             new.__dict__.update(obj.__dict__)
         for name in self._names:
-            object.__setattr__(new, name, getattr(obj, name))
-        for name, value in changes.items():
-            object.__setattr__(new, name, value)
+            _set(new, name, getattr(obj, name))
+        if changes:
+            for name, value in changes.items():
+                _set(new, name, value)
         return new
 
     def seal(self, obj: Any) -> Any:
         """``obj`` with its personal values sealed (itself when there are none: all None, empty
         or their replacement, which say nothing about the person and need no key; a new
-        aggregate's state, before its subject is known, is such)."""
-        key_store = self._keys()
-        plain: dict[str, str] = {}
+        aggregate's state, before its subject is known, is such). Runs once per event and
+        state written: a value its key sealed lately costs a dict look-up (see seal_text)."""
+        key_store = self.key_store if self.key_store is not None else self._keys()
+        plain: list[tuple[str, str]] | None = None
         for name, replacement in self.fields:
             value = getattr(obj, name)
             if not value or value == replacement:
@@ -80,13 +84,21 @@ class FieldSealer:
                     f"{self.type_name}.{name} = {value!r} ({type(value).__qualname__}) is "
                     "personal data, declared str: pass a str"
                 )
-            plain[name] = value
-        if not plain:
+            if plain is None:
+                plain = [(name, value)]
+            else:
+                plain.append((name, value))
+        if plain is None:
             return obj
         subject = self._subject(obj)
         key = key_store.get_or_create(subject)
-        return self._copy(obj, {name: seal_text(key, value, subject, self.type_name, name)
-                                for name, value in plain.items()})
+        memo, type_name = key._sealed, self.type_name  # noqa: SLF001 - the cipher's memo
+        new = self._copy(obj)
+        for name, value in plain:
+            sealed = memo.get((value, name, type_name, subject))
+            _set(new, name, sealed if sealed is not None else
+                 seal_text(key, value, subject, type_name, name))
+        return new
 
     def open(self, obj: Any, written_as: str | None = None) -> Any:
         """``obj`` (as decoded) with its sealed values opened, or replaced when their key is

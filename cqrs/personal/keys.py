@@ -157,13 +157,16 @@ class KeyCache(KeyStore):
         return self._through(subjects, self.store.get_or_create_many, self.ttl_s / 2)
 
     def _fresh(self, subject: str) -> SubjectKey | None:
-        """``subject``'s cached key if it is fresh (the path of every sealed message)."""
-        with self._lock:
-            entry = self._keys.get(subject)
-            if entry is None or entry[1] <= self._clock() - self.ttl_s:
-                return None
+        """``subject``'s cached key if it is fresh (the path of every sealed message: no lock,
+        each dict operation is atomic on its own)."""
+        entry = self._keys.get(subject)
+        if entry is None or entry[1] <= self._clock() - self.ttl_s:
+            return None
+        try:
             self._keys.move_to_end(subject)
-            return entry[0]
+        except KeyError:  # dropped by another thread meanwhile: still the key it was
+            pass
+        return entry[0]
 
     def get(self, subject: str) -> SubjectKey | None:
         return self._fresh(subject) or self.get_many((subject,)).get(subject)
