@@ -93,7 +93,8 @@ class _WorkerContext:
         key_store = key_store_for(cfg, self.app)  # once per worker process, on first use
         schemas = KafkaSchemaStore(cfg.kafka.bootstrap_servers, topics.schemas,
                                    cfg.kafka.client_options())
-        self.decode = self.app.codec_for(schemas, key_store=key_store).decode
+        self.codec = self.app.codec_for(schemas, key_store=key_store)
+        self.decode = self.codec.decode
         self.projection = find_projection(self.app, opts.projection)
         self.dlq_topic = dead_letter_topic(self.app.name, prefix)
         self.store = cached_store(cfg)
@@ -167,6 +168,8 @@ def _view_key_fn(cfg: CqrsConfig, opts: ProjectorOptions) -> Callable[[Iterator[
         assert isinstance(projection, RekeyedProjection)
         for batch, records in _records(batches):
             wanted = [r for r in records if r.aggregate_type == projection.aggregate_type]
+            ctx.codec.prefetch_keys(r.value for r in wanted  # personal data: keys at once
+                                    if projection.handler_for(r.message_type) is not None)
             key_at = {(r.partition, r.offset): key
                       for key, items in group_by_view(projection, wanted, ctx.decode).items()
                       for r, _ in items}
@@ -183,6 +186,8 @@ def _partition_fn(cfg: CqrsConfig, opts: ProjectorOptions, base: str,
 
         ctx = _context(cfg, opts)
         records = [r for _, batch in _records(batches) for r in batch]
+        ctx.codec.prefetch_keys(r.value for r in records  # personal data: keys at once
+                                if ctx.projection.handler_for(r.message_type) is not None)
         target = Target(ctx.projection, base, generation)
         letters: list[Any] = []
 

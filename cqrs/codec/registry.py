@@ -348,6 +348,25 @@ class Codec:
         except CqrsError:
             return None
 
+    def subjects_in(self, payloads: Iterable[bytes]) -> set[str]:
+        """The data subjects of the messages with personal fields among ``payloads``
+        (:meth:`peek_subject`: nothing is opened, no key looked up)."""
+        peek = self.peek_subject
+        return {s for data in payloads if (s := peek(data)) is not None}
+
+    def prefetch_keys(self, payloads: Iterable[bytes], *, create: bool = False) -> int:
+        """Before decoding a batch of messages one by one: the keys of their data subjects
+        from the key store at once (:meth:`~cqrs.personal.keys.KeyStore.prefetch`; ``create``:
+        make the missing ones, for a batch whose subjects' messages will be encoded too), so
+        the decodes find them cached. Nothing for a codec without personal classes. The
+        number of subjects asked for."""
+        if not self._sealers or self.key_store is None:
+            return 0
+        subjects = self.subjects_in(payloads)
+        if subjects:
+            self.key_store.prefetch(subjects, create=create)
+        return len(subjects)
+
     def _current(self, plan: _DecodePlan, body: bytes | memoryview, writer: _Writer) -> Any:
         """The instance of a current class in ``body`` (written with ``writer``'s schema)."""
         if plan.read is not None:

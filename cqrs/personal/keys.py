@@ -46,12 +46,12 @@ class KeyStore(abc.ABC):
         """``subject``'s key, made now if it has none."""
         return self.get_or_create_many((subject,))[subject]
 
-    def prefetch(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
-        """The keys of a batch's data subjects at once, made now for those without one: what a
-        job asks before it decodes and encodes a batch of their messages, so that the
-        messages' own look-ups find them (in a :class:`KeyCache`: the batch costs one request
-        to the store however many new subjects it has, not one each)."""
-        return self.get_or_create_many(subjects)
+    def prefetch(self, subjects: Collection[str], *, create: bool = True) -> dict[str, SubjectKey]:
+        """The keys of a batch's data subjects at once (``create``: made now for those without
+        one): what a job asks before it decodes (and encodes) a batch of their messages, so
+        that the messages' own look-ups find them (in a :class:`KeyCache`: the batch costs one
+        request to the store however many subjects it has, not one each)."""
+        return self.get_or_create_many(subjects) if create else self.get_many(subjects)
 
     def key_for(self, subject: str, key_id: bytes) -> SubjectKey | None:
         """The key with ``key_id`` if it is still ``subject``'s key (what opening a sealed
@@ -149,12 +149,13 @@ class KeyCache(KeyStore):
     def get_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
         return self._through(subjects, self.store.get_many)
 
-    def prefetch(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
+    def prefetch(self, subjects: Collection[str], *, create: bool = True) -> dict[str, SubjectKey]:
         """:meth:`KeyStore.prefetch`: one request to the store for the subjects not cached,
         and for those cached more than half the TTL ago (so that no key the batch was checked
         with expires while the batch runs: a job decoding and encoding it uses these keys
         throughout; a subject forgotten elsewhere is still noticed within the TTL)."""
-        return self._through(subjects, self.store.get_or_create_many, self.ttl_s / 2)
+        load = self.store.get_or_create_many if create else self.store.get_many
+        return self._through(subjects, load, self.ttl_s / 2)
 
     def _fresh(self, subject: str) -> SubjectKey | None:
         """``subject``'s cached key if it is fresh (the path of every sealed message: no lock,

@@ -479,13 +479,11 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
     step = worker.step
     codec = step.codec
     peek, subject_of = codec.peek_subject, codec.subject_of
-    subjects: set[str] = set()
+    subjects = codec.subjects_in(rec.payload for g in grouped for records in g.groups.values()
+                                 for rec in records if rec.payload is not None)
     held: list[tuple[_Grouped, tuple[str, str], str, _Cached]] = []
     for g in grouped:
-        for key, records in g.groups.items():
-            for rec in records:
-                if rec.payload is not None and (subject := peek(rec.payload)) is not None:
-                    subjects.add(subject)
+        for key in g.groups:
             hit = g.cache.get(key)
             if hit is not None:
                 if (subject := subject_of(hit.decoded)) is not None:

@@ -408,6 +408,22 @@ def test_the_codec_peeks_at_a_messages_subject_without_a_key(
     assert peeking.subject_of(ANN) == "c-1" and peeking.subject_of(PlanChanged("gold")) is None
 
 
+def test_a_batch_of_events_is_decoded_after_one_request_for_its_subjects_keys(
+        codec: Codec, keys: MemoryKeyStore) -> None:
+    events = [codec.encode(CustomerRegistered(f"c-{n}", f"{n}@example.com")) for n in range(30)]
+    events.append(codec.encode(PlanChanged("gold")))  # no personal fields: not looked at
+    store = _CountingCreates()
+    store._keys.update(keys._keys)  # noqa: SLF001 - the same keys, counted
+    reader = make_app().codec_for(codec.store, key_store=KeyCache(store))
+    assert reader.prefetch_keys(events) == 30
+    assert [sorted(r) for r in store.reads] == [sorted(f"c-{n}" for n in range(30))]  # once
+    assert store.creates == []  # decoding makes no keys
+    assert [reader.decode(e) for e in events[:30]] == [
+        CustomerRegistered(f"c-{n}", f"{n}@example.com") for n in range(30)]
+    assert len(store.reads) == 1  # the decodes found every key cached
+    assert make_app().codec_for(codec.store).prefetch_keys(events) == 0  # no key store: no-op
+
+
 # ---- the codec -----------------------------------------------------------------------------------
 
 
