@@ -3,6 +3,7 @@
 task does (same Worker, state table, producer), under cProfile.
 
     python bench/slice_profile.py --aggregates 1000 --commands 100000 --slice 25000
+    python bench/slice_profile.py --bank personal --no-profile   # holder and e-mail personal
 
 prints CPU microseconds per command and wall time per phase (fetch, read, step, produce, write) and the top
 functions by own time. Needs the local stack (``cqrs dev up``).
@@ -26,8 +27,7 @@ from cqrs.processor.job import ProcessorOptions, publish_app_schemas, worker_for
 from cqrs.processor.partition import SliceStats, StateCache, run_task  # noqa: E402
 from cqrs.processor.state_table import open_state_table  # noqa: E402
 from cqrs.processor.step import DedupPolicy  # noqa: E402
-from cqrs.testing.example import Deposit, OpenAccount  # noqa: E402
-from cqrs.testing.example_app import app  # noqa: E402
+from processor import EXAMPLE, Bank, bank_codec, personal_banks, with_run_master_key  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--top", type=int, default=35)
     ap.add_argument("--dedup-max", type=int, default=None,
                     help="command ids remembered per aggregate (default: the processor's)")
+    ap.add_argument("--bank", choices=("example", "plain", "personal"), default="example",
+                    help="the app: the example bank (default), or domain_examples/personal_bank.py "
+                         "with holder and e-mail on every event in clear (plain) or personal")
     ap.add_argument("--dump", help="also write the profile to this file (for pstats / snakeviz)")
     ap.add_argument("--no-profile", action="store_true", help="timings only (cProfile adds ~2x)")
     ap.add_argument("--cold", action="store_true",
@@ -46,13 +49,18 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     cfg = load_config()
+    bank = EXAMPLE
+    if args.bank != "example":
+        cfg = with_run_master_key(cfg)
+        bank = personal_banks()[args.bank == "personal"]
     try:
-        profile_slices(cfg, args)
+        profile_slices(cfg, args, bank)
     finally:
         remove_fresh(cfg)
 
 
-def profile_slices(cfg: CqrsConfig, args: argparse.Namespace) -> None:
+def profile_slices(cfg: CqrsConfig, args: argparse.Namespace, bank: Bank) -> None:
+    app = bank.app
     topics = fresh_topics(cfg, app.name, "sliceprof")
     publish_app_schemas(cfg, topics, app)
     table = open_state_table(cfg, topics)
@@ -62,12 +70,14 @@ def profile_slices(cfg: CqrsConfig, args: argparse.Namespace) -> None:
 
     parts = sorted(watermarks(cfg, topics.commands))
     dedup = DedupPolicy() if args.dedup_max is None else DedupPolicy(max_per_aggregate=args.dedup_max)
-    opts = ProcessorOptions("cqrs.testing.example_app:app", topics=topics, dedup=dedup,
+    opts = ProcessorOptions(bank.ref, topics=topics, dedup=dedup,
                             results_partitions=len(parts), state_generation=generation)
     worker = worker_for(cfg, opts)
-    opened = encode_all(app, [(f"acc-{a}", OpenAccount(f"owner {a}")) for a in range(args.aggregates)])
-    work = encode_all(app, [(f"acc-{n % args.aggregates}", Deposit(1 + n % 100))
-                            for n in range(args.commands)])
+    codec = bank_codec(cfg, bank)
+    opened = encode_all(app, [(f"{bank.prefix}{a}", bank.open(f"{bank.prefix}{a}", a))
+                              for a in range(args.aggregates)], codec)
+    work = encode_all(app, [(f"{bank.prefix}{n % args.aggregates}", bank.deposit(1 + n % 100))
+                            for n in range(args.commands)], codec)
     produce(cfg, topics.commands, opened)
     done: dict[int, int] = {p: 0 for p in parts}
 
@@ -110,6 +120,7 @@ def profile_slices(cfg: CqrsConfig, args: argparse.Namespace) -> None:
         pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
         if args.dump:
             profile.dump_stats(args.dump)
+    bank.forget_accounts(cfg, args.aggregates)
 
 
 if __name__ == "__main__":

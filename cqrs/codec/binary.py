@@ -378,20 +378,23 @@ class _Generator(Namespace):
 
     # -- writing --
 
-    def write_record(self, cls: type, schema: dict[str, Any], fname: str, prefix: Any) -> str:
-        """``fname(o)``: the fragments of a record (``prefix``: the top function's bytes)."""
+    def write_record(self, cls: type, schema: dict[str, Any], fname: str, prefix: Any,
+                     given: tuple[str, ...] = ()) -> str:
+        """``fname(o)``: the fragments of a record (``prefix``: the top function's bytes);
+        with ``given`` field names, ``fname(o, s)``: those fields' values are ``s[0]``,
+        ``s[1]``... instead of ``o``'s."""
         out = _Lines()
         frags: list[str] = []
         fields = self.record_fields(cls, schema)
         for n, (f, _) in enumerate(fields):
-            out.add(1, f"v{n} = o.{f.name}")
+            out.add(1, f"v{n} = s[{given.index(f.name)}]" if f.name in given else f"v{n} = o.{f.name}")
         for n, (f, ftype) in enumerate(fields):
             frags += self.write_value(f.node, ftype, f"v{n}", out, 1)
         if prefix is None:
             out.add(1, f"return ({', '.join(frags)}{',' if len(frags) == 1 else ''})")
         else:
             out.add(1, f"return b''.join(({', '.join([self.const(prefix), *frags])},))")
-        return f"def {fname}(o):\n" + "\n".join(out.lines) + "\n"
+        return f"def {fname}(o{', s' if given else ''}):\n" + "\n".join(out.lines) + "\n"
 
     def write_value(self, node: Node, schema: Any, x: str, out: _Lines, ind: int) -> list[str]:
         """Statements checking ``x`` (added to ``out``) and the expressions of its bytes.
@@ -698,8 +701,9 @@ _POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
 _CACHE: dict[tuple[str, type, str, bytes], Any] = {}
 
 
-def _generated(mode: str, cls: type, schema: dict[str, Any], prefix: bytes = b"") -> Any:
-    key = (mode, cls, canonical_json(schema), prefix)
+def _generated(mode: str, cls: type, schema: dict[str, Any], prefix: bytes = b"",
+               given: tuple[str, ...] = ()) -> Any:
+    key = (mode, cls, canonical_json(schema), prefix, given)
     found = _CACHE.get(key)
     if found is not None:
         return found
@@ -707,7 +711,7 @@ def _generated(mode: str, cls: type, schema: dict[str, Any], prefix: bytes = b""
     try:
         gen.collect(Node(t.RECORD, cls=cls), schema)
         if mode == "write":
-            gen.chunks.append(gen.write_record(cls, schema, "_top", prefix))
+            gen.chunks.append(gen.write_record(cls, schema, "_top", prefix, given))
         else:
             gen.chunks.append(gen.read_record(cls, schema, "_top", top=True))
         fn = gen.compile(f"<cqrs avro {mode} of {cls.__module__}.{cls.__qualname__}>")
@@ -717,16 +721,19 @@ def _generated(mode: str, cls: type, schema: dict[str, Any], prefix: bytes = b""
     return fn
 
 
-def record_writer(cls: type, schema: dict[str, Any], prefix: bytes = b"") -> Writer | None:
+def record_writer(cls: type, schema: dict[str, Any], prefix: bytes = b"",
+                  given: tuple[str, ...] = ()) -> Any:
     """``write(obj)``: ``prefix`` + the Avro body of an instance of ``cls``, or ``None`` when
     ``schema`` (``schema_for(cls)``) has a type this module does not generate code for.
+    With ``given`` (names of top-level fields): ``write(obj, values)`` writes ``values[i]`` as
+    the field ``given[i]`` instead of ``obj``'s value (a class's sealed personal fields, written
+    without a copy of the object).
 
     The body is byte for byte what ``schemaless_writer(schema, record_to_avro(obj))`` writes.
     ``write`` raises (usually :class:`Mismatch`) on a value the compiled converters would not
     take: encode through ``record_to_avro`` then, to get the error that names the field.
     """
-    writer: Writer | None = _generated("write", cls, schema, prefix)
-    return writer
+    return _generated("write", cls, schema, prefix, given)
 
 
 def record_reader(cls: type, schema: dict[str, Any]) -> Reader | None:

@@ -87,6 +87,8 @@ class _EncodePlan:
     to_record: Encoder
     write: Writer | None  # header + body, generated; None: fastavro only
     sealer: FieldSealer | None  # a class with personal fields: seal them first
+    # a class with personal fields: write(obj, its personal fields' values as written)
+    write_sealed: Any = None
 
 
 @attrs.frozen(slots=True)
@@ -221,12 +223,14 @@ class Codec:
             if plan.write is not None and plan.sealer is None:  # the first encode of a class:
                 return self.encode(obj)  # now with its writer
         if plan.sealer is not None:
-            obj = plan.sealer.seal(obj)
-            if plan.write is not None:
+            values = plan.sealer.sealed_values(obj)  # without a copy of obj
+            if plan.write_sealed is not None:
                 try:
-                    return plan.write(obj)
+                    return plan.write(obj) if values is None else plan.write_sealed(obj, values)
                 except Exception:  # noqa: BLE001, S110 - as above
                     pass
+            if values is not None:
+                obj = plan.sealer.copy_with(obj, values)
         record = plan.to_record(obj, None)
         buf = io.BytesIO()  # one per call: the codec is shared by threads
         buf.write(plan.header)
@@ -246,7 +250,10 @@ class Codec:
         self._publish(reg)
         write = record_writer(reg.cls, reg.schema, reg.header) if self._generated else None
         sealer = self._sealers.get(reg.cls)
-        plan = _EncodePlan(reg.header, reg.parsed, record_encoder(reg.cls), write, sealer)
+        write_sealed = None if sealer is None or write is None else \
+            record_writer(reg.cls, reg.schema, reg.header, sealer.names)
+        plan = _EncodePlan(reg.header, reg.parsed, record_encoder(reg.cls), write, sealer,
+                           write_sealed)
         self._encode_plans[reg.cls] = plan
         if write is not None and sealer is None:
             self._writes[reg.cls] = write

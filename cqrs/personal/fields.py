@@ -9,6 +9,7 @@ of the field would see a sealed text or a replacement), and only when a value ch
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import attrs
@@ -35,6 +36,10 @@ class FieldSealer:
         self.type_name = type_name
         self.key_store = key_store
         self._names = tuple(a.name for a in attrs.fields(self.cls))
+        self.names = tuple(name for name, _ in self.fields)  # the personal fields
+        self._replacements = tuple(replacement for _, replacement in self.fields)
+        getter = operator.attrgetter(*self.names)
+        self._get: Any = getter if len(self.names) > 1 else (lambda obj: (getter(obj),))
         self._has_dict = any("__dict__" in vars(k) for k in self.cls.__mro__)
 
     def _keys(self) -> KeyStore:
@@ -68,37 +73,45 @@ class FieldSealer:
                 _set(new, name, value)
         return new
 
-    def seal(self, obj: Any) -> Any:
-        """``obj`` with its personal values sealed (itself when there are none: all None, empty
-        or their replacement, which say nothing about the person and need no key; a new
+    def sealed_values(self, obj: Any) -> list[Any] | None:
+        """The values of ``obj``'s personal fields (in the order of :attr:`names`) as they are
+        written: sealed, or as they are when None, empty or their replacement (which say
+        nothing about the person and need no key); None when no value needs sealing (a new
         aggregate's state, before its subject is known, is such). Runs once per event and
-        state written: a value its key sealed lately costs a dict look-up (see seal_text)."""
-        key_store = self.key_store if self.key_store is not None else self._keys()
-        plain: list[tuple[str, str]] | None = None
-        for name, replacement in self.fields:
-            value = getattr(obj, name)
+        state written: one key look-up, and a value its key sealed lately costs a dict
+        look-up (see seal_text)."""
+        values = self._get(obj)
+        out: list[Any] | None = None
+        for i, replacement in enumerate(self._replacements):
+            value = values[i]
             if not value or value == replacement:
                 continue
             if type(value) is not str:
                 raise EncodeError(
-                    f"{self.type_name}.{name} = {value!r} ({type(value).__qualname__}) is "
-                    "personal data, declared str: pass a str"
+                    f"{self.type_name}.{self.names[i]} = {value!r} ({type(value).__qualname__}) "
+                    "is personal data, declared str: pass a str"
                 )
-            if plain is None:
-                plain = [(name, value)]
-            else:
-                plain.append((name, value))
-        if plain is None:
-            return obj
-        subject = self._subject(obj)
-        key = key_store.get_or_create(subject)
-        memo, type_name = key._sealed, self.type_name  # noqa: SLF001 - the cipher's memo
-        new = self._copy(obj)
-        for name, value in plain:
+            if out is None:
+                out = list(values)
+                subject = self._subject(obj)
+                key = (self.key_store if self.key_store is not None
+                       else self._keys()).get_or_create(subject)
+                memo, type_name = key._sealed, self.type_name  # noqa: SLF001 - the cipher's memo
+            name = self.names[i]
             sealed = memo.get((value, name, type_name, subject))
-            _set(new, name, sealed if sealed is not None else
-                 seal_text(key, value, subject, type_name, name))
-        return new
+            out[i] = sealed if sealed is not None else \
+                seal_text(key, value, subject, type_name, name)
+        return out
+
+    def copy_with(self, obj: Any, values: list[Any]) -> Any:
+        """A copy of ``obj`` with its personal fields set to ``values`` (:meth:`sealed_values`)."""
+        return self._copy(obj, dict(zip(self.names, values)))
+
+    def seal(self, obj: Any) -> Any:
+        """``obj`` with its personal values sealed (itself when none needs it: see
+        :meth:`sealed_values`)."""
+        values = self.sealed_values(obj)
+        return obj if values is None else self.copy_with(obj, values)
 
     def open(self, obj: Any, written_as: str | None = None) -> Any:
         """``obj`` (as decoded) with its sealed values opened, or replaced when their key is
