@@ -327,6 +327,11 @@ class Codec:
         """Whether any registered class has personal fields (else nothing below finds any)."""
         return bool(self._sealers)
 
+    @property
+    def personal_types(self) -> frozenset[str]:
+        """The type names of the registered classes with personal fields."""
+        return frozenset(sealer.type_name for sealer in self._sealers.values())
+
     def subject_of(self, obj: object) -> str | None:
         """The data subject of ``obj`` if its class has personal fields (its subject field,
         when a non-empty ``str``), else None."""

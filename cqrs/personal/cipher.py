@@ -21,11 +21,12 @@ as associated data: a wrapped key moved to another subject's row does not unwrap
 from __future__ import annotations
 
 import base64
-import contextlib
 import binascii
+import contextlib
 import hashlib
 import hmac
 import os
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -66,7 +67,8 @@ class SubjectKey:
         self._nonce_key = hmac.new(self.secret, _NONCE_LABEL, hashlib.sha256).digest()
         # the last values sealed with this key: sealing is deterministic, and a person's name
         # or e-mail is sealed again with every event and state that copies it (see seal_text)
-        self._sealed: dict[tuple[str, str, str, str], str] = {}
+        # (and the sealed values of whole messages: FieldSealer.sealed_values)
+        self._sealed: dict[tuple[Any, ...], Any] = {}
 
     @classmethod
     def new(cls) -> SubjectKey:
@@ -122,11 +124,16 @@ def seal_text(key: SubjectKey, text: str, subject: str, type_name: str, field: s
                         "sha256")[:_NONCE_BYTES]
     blob = nonce + key._aead.encrypt(nonce, plain, aad)  # noqa: SLF001
     sealed = f"{SEALED_PREFIX}{key.key_id.hex()}:{base64.urlsafe_b64encode(blob).rstrip(b'=').decode()}"
+    remember(memo, wanted, sealed)
+    return sealed
+
+
+def remember(memo: dict[Any, Any], wanted: Any, sealed: Any) -> None:
+    """Keep ``sealed`` in a key's memo (at most :data:`SEALED_PER_KEY`, the oldest out)."""
     if len(memo) >= SEALED_PER_KEY:
         with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread's
-            del memo[next(iter(memo))]  # the oldest
+            del memo[next(iter(memo))]
     memo[wanted] = sealed
-    return sealed
 
 
 def parse_sealed(value: str, where: str) -> Sealed | None:

@@ -16,7 +16,7 @@ import attrs
 
 from cqrs.domain.personal import PersonalFields
 from cqrs.errors import EncodeError, MissingKeyStoreError
-from cqrs.personal.cipher import open_text, parse_sealed, seal_text
+from cqrs.personal.cipher import open_text, parse_sealed, remember, seal_text
 from cqrs.personal.keys import KeyStore
 
 __all__ = ["FieldSealer"]
@@ -73,37 +73,45 @@ class FieldSealer:
                 _set(new, name, value)
         return new
 
-    def sealed_values(self, obj: Any) -> list[Any] | None:
+    def sealed_values(self, obj: Any) -> tuple[Any, ...] | None:
         """The values of ``obj``'s personal fields (in the order of :attr:`names`) as they are
         written: sealed, or as they are when None, empty or their replacement (which say
         nothing about the person and need no key); None when no value needs sealing (a new
         aggregate's state, before its subject is known, is such). Runs once per event and
-        state written: one key look-up, and a value its key sealed lately costs a dict
-        look-up (see seal_text)."""
+        state written: one key look-up, and values the key sealed lately for this type cost a
+        dict look-up (the key's memo, see seal_text; don't change what it returns)."""
         values = self._get(obj)
-        out: list[Any] | None = None
-        for i, replacement in enumerate(self._replacements):
-            value = values[i]
+        plain = False
+        for value, replacement in zip(values, self._replacements):
             if not value or value == replacement:
                 continue
             if type(value) is not str:
+                name = self.names[values.index(value)]
                 raise EncodeError(
-                    f"{self.type_name}.{self.names[i]} = {value!r} ({type(value).__qualname__}) "
+                    f"{self.type_name}.{name} = {value!r} ({type(value).__qualname__}) "
                     "is personal data, declared str: pass a str"
                 )
-            if out is None:
-                out = list(values)
-                subject = self._subject(obj)
-                key = (self.key_store if self.key_store is not None
-                       else self._keys()).get_or_create(subject)
-                memo, type_name = key._sealed, self.type_name  # noqa: SLF001 - the cipher's memo
-            name = self.names[i]
-            sealed = memo.get((value, name, type_name, subject))
-            out[i] = sealed if sealed is not None else \
-                seal_text(key, value, subject, type_name, name)
+            plain = True
+        if not plain:
+            return None
+        subject = self._subject(obj)
+        key = (self.key_store if self.key_store is not None
+               else self._keys()).get_or_create(subject)
+        memo, type_name = key._sealed, self.type_name  # noqa: SLF001 - the cipher's memo
+        wanted: tuple[Any, ...] | None = (values, type_name, subject)
+        try:
+            found = memo.get(wanted)
+        except TypeError:  # an unhashable value besides (an empty list...): not remembered
+            found = wanted = None
+        if found is not None:
+            return found  # type: ignore[no-any-return]
+        out = tuple(value if not value or value == replacement
+                    else seal_text(key, value, subject, type_name, name)
+                    for name, value, replacement in zip(self.names, values, self._replacements))
+        if wanted is not None:
+            remember(memo, wanted, out)
         return out
-
-    def copy_with(self, obj: Any, values: list[Any]) -> Any:
+    def copy_with(self, obj: Any, values: tuple[Any, ...]) -> Any:
         """A copy of ``obj`` with its personal fields set to ``values`` (:meth:`sealed_values`)."""
         return self._copy(obj, dict(zip(self.names, values)))
 

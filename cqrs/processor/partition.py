@@ -251,6 +251,7 @@ class Worker:
         self.consumer: Any = None
         self.errors: list[str] = []
         self.lanes = Lanes()  # aggregates set aside (see cqrs.processor.lanes)
+        self.personal_types = step.codec.personal_types  # classes with personal fields
         self._decider: Decider | None = None
 
     def decider(self) -> Decider:
@@ -479,8 +480,10 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
     step = worker.step
     codec = step.codec
     peek, subject_of = codec.peek_subject, codec.subject_of
-    subjects = codec.subjects_in(rec.payload for g in grouped for records in g.groups.values()
-                                 for rec in records if rec.payload is not None)
+    personal = worker.personal_types  # the commands' own: read only those with personal fields
+    subjects = codec.subjects_in([rec.payload for g in grouped for records in g.groups.values()
+                                  for rec in records if rec.envelope is not None and
+                                  rec.envelope.message_type in personal and rec.payload is not None])
     held: list[tuple[_Grouped, tuple[str, str], str, _Cached]] = []
     for g in grouped:
         for key in g.groups:
