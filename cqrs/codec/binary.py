@@ -722,7 +722,7 @@ def _generated(mode: str, cls: type, schema: dict[str, Any], prefix: bytes = b""
 
 
 def record_writer(cls: type, schema: dict[str, Any], prefix: bytes = b"",
-                  given: tuple[str, ...] = ()) -> Any:
+                  given: tuple[str, ...] = ()) -> Callable[..., bytes] | None:
     """``write(obj)``: ``prefix`` + the Avro body of an instance of ``cls``, or ``None`` when
     ``schema`` (``schema_for(cls)``) has a type this module does not generate code for.
     With ``given`` (names of top-level fields): ``write(obj, values)`` writes ``values[i]`` as
@@ -733,7 +733,8 @@ def record_writer(cls: type, schema: dict[str, Any], prefix: bytes = b"",
     ``write`` raises (usually :class:`Mismatch`) on a value the compiled converters would not
     take: encode through ``record_to_avro`` then, to get the error that names the field.
     """
-    return _generated("write", cls, schema, prefix, given)
+    writer: Callable[..., bytes] | None = _generated("write", cls, schema, prefix, given)
+    return writer
 
 
 def record_reader(cls: type, schema: dict[str, Any]) -> Reader | None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -88,7 +88,7 @@ class _EncodePlan:
     write: Writer | None  # header + body, generated; None: fastavro only
     sealer: FieldSealer | None  # a class with personal fields: seal them first
     # a class with personal fields: write(obj, its personal fields' values as written)
-    write_sealed: Any = None
+    write_sealed: Callable[..., bytes] | None = None
 
 
 @attrs.frozen(slots=True)
