@@ -114,6 +114,7 @@ def _run_send(cfg: CqrsConfig, args: argparse.Namespace) -> int:
 def _run_serve(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     import uvicorn
 
+    from cqrs.collector import freeze_loaded
     from cqrs.http import HttpContext, create_http_app
     from cqrs.loading import load_app, load_object
     from cqrs.personal.stack import require_master_key
@@ -135,5 +136,6 @@ def _run_serve(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     host = args.host or cfg.client.http_host
     port = args.port if args.port is not None else cfg.client.http_port
     print(f"serving {app.name!r} on http://{host}:{port} (OpenAPI: /docs)", flush=True)
+    freeze_loaded()  # a full collection then walks what requests left, not the loaded modules
     uvicorn.run(api, host=host, port=port, log_level="warning")
     return 0
