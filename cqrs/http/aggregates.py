@@ -96,17 +96,17 @@ def routes(ctx: HttpContext) -> APIRouter:
 
         if (bad := unknown_type(type)) is not None:
             return bad
-        def page_json() -> dict[str, Any]:
+        def page_response() -> JSONResponse:
+            """Read, convert and render (plain JSON values already, as they are) in a worker
+            thread: ~10 ms of CPU for 1,000 events that would otherwise hold the event loop."""
             page = ctx.history.events(aggregate_id, type, from_version=from_version, limit=limit,
                                       page_token=page_token)
             with paused():
-                return {"aggregate_id": aggregate_id,
-                        "events": [event_json(e) for e in page.events],
-                        "next_page_token": page.next_page_token}
+                return JSONResponse({"aggregate_id": aggregate_id,
+                                     "events": [event_json(e) for e in page.events],
+                                     "next_page_token": page.next_page_token})
 
-        # plain JSON values already: rendered as they are (FastAPI's encoder would walk the
-        # page again, ~18 ms for 1,000 events)
-        return JSONResponse(await run_in_threadpool(page_json))
+        return await run_in_threadpool(page_response)
 
     @router.get("/{aggregate_id}/deadlines",
                 summary="the deadlines an aggregate scheduled that have not fired, earliest first")
