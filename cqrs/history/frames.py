@@ -42,10 +42,14 @@ if TYPE_CHECKING:
     from cqrs.app import App
     from cqrs.codec.registry import Codec
 
-__all__ = ["LogSource", "LogSpec", "decode_rows", "dedupe_rows", "log_stream", "log_table",
-           "log_views", "spec_codec", "state_of", "states_as_of"]
+__all__ = ["RECORD_COLUMNS", "LogSource", "LogSpec", "decode_records", "decode_rows",
+           "dedupe_records", "dedupe_rows", "log_events", "log_stream", "log_table", "log_views",
+           "spec_codec", "state_of", "states_as_of"]
 
 KEY_COLUMNS: Final = ("aggregate_type", "aggregate_id", "version")
+RECORD_COLUMNS: Final = ("key", "value", "headers", "partition", "offset", "timestamp")
+"""The columns of the events topic's records as Spark's Kafka source reads them that the log
+is made of."""
 
 
 # ---- where the log is, and what the executors need --------------------------------------------
@@ -155,27 +159,39 @@ class LogSource:
         if self.path is not None:
             return _archive_rows(spark, self.path, written_types, aggregate_type, since, until,
                                  until_inclusive)
-        assert self.topic is not None and self.marks is not None
+        return _record_rows(self.records(spark, written_types=written_types,
+                                         aggregate_type=aggregate_type, since=since, until=until,
+                                         until_inclusive=until_inclusive))
+
+    def records(self, spark: SparkSession, *, written_types: Iterable[str] | None = None,
+                aggregate_type: str | None = None, since: _dt.datetime | None = None,
+                until: _dt.datetime | None = None, until_inclusive: bool = False) -> DataFrame:
+        """The events topic's records (:data:`RECORD_COLUMNS`, not decoded) that :meth:`rows`
+        makes rows of; the topic only (an archive keeps rows)."""
+        if self.topic is None or self.marks is None:
+            raise LogTableError(f"the log at {self.path} is an archive: it keeps history rows, "
+                                "not Kafka records (read it with rows())")
         frame = (spark.read.format("kafka").options(**self.spec.cfg.kafka.spark_options())
                  .option("subscribe", self.topic)
                  .option("startingOffsets", _offsets_json(self.topic, self.marks, 0))
                  .option("endingOffsets", _offsets_json(self.topic, self.marks, 1))
                  .option("includeHeaders", "true")
                  .load())
-        return _record_rows(frame, written_types, aggregate_type, since, until, until_inclusive)
+        return _filtered_records(frame, written_types, aggregate_type, since, until,
+                                 until_inclusive)
 
 
 def _offsets_json(topic: str, marks: dict[int, tuple[int, int]], which: int) -> str:
     return json.dumps({topic: {str(p): lh[which] for p, lh in marks.items()}})
 
 
-def _record_rows(frame: DataFrame, written_types: Iterable[str] | None,
-                 aggregate_type: str | None, since: _dt.datetime | None,
-                 until: _dt.datetime | None, until_inclusive: bool) -> DataFrame:
-    """Kafka records (batch or stream) -> history rows. The filters on the envelope run in the
-    JVM, on the records' headers and Kafka timestamp, so what is not asked for is never decoded."""
+def _filtered_records(frame: DataFrame, written_types: Iterable[str] | None,
+                      aggregate_type: str | None, since: _dt.datetime | None,
+                      until: _dt.datetime | None, until_inclusive: bool) -> DataFrame:
+    """Kafka records (batch or stream) of the types, aggregate type and time range asked for,
+    in :data:`RECORD_COLUMNS`. The filters run in the JVM, on the records' headers and Kafka
+    timestamp, so what is not asked for never reaches Python."""
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
 
     from cqrs.processor.job import header_expr
 
@@ -190,24 +206,78 @@ def _record_rows(frame: DataFrame, written_types: Iterable[str] | None,
     if until is not None:
         frame = frame.where(F.col("timestamp") <= F.lit(until) if until_inclusive
                             else F.col("timestamp") < F.lit(until))
-    return (frame.select("key", "value", "headers", "partition", "offset", "timestamp")
-            .mapInArrow(_records_to_rows, from_arrow_schema(row_schema())))
+    return frame.select(*RECORD_COLUMNS)
+
+
+def _record_rows(records: DataFrame) -> DataFrame:
+    """Kafka records (:data:`RECORD_COLUMNS`) -> history rows, in the executors."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return records.mapInArrow(_records_to_rows, from_arrow_schema(row_schema()))
 
 
 def _records_to_rows(batches: Iterator[Any]) -> Iterator[Any]:
-    """Kafka records -> history rows, by the history job's own function (records that are not
-    events, or not readable, are passed over as the history job passes them over)."""
+    for batch in batches:
+        yield rows_to_arrow(_history_rows(batch))
+
+
+def _history_rows(batch: Any) -> list[HistoryRow]:
+    """The history rows of a record batch of Kafka records, by the history job's own function
+    (records that are not events, or not readable, are passed over as the history job passes
+    them over). The headers are read from the batch's flat key and value arrays: a dict per
+    header (``to_pylist``) cost more than the rest of the row."""
     import pyarrow as pa
 
     from cqrs.history.job import HistoryRun
 
-    for batch in batches:
-        recorded_ms = [us // 1000 for us in batch.column("timestamp").cast(pa.int64()).to_pylist()]
-        records = list(zip(*(batch.column(n).to_pylist()
-                             for n in ("key", "value", "headers", "partition", "offset")),
-                           recorded_ms, strict=True))
-        rows, _ = HistoryRun.rows(records)
-        yield rows_to_arrow(rows)
+    column = batch.column("headers")
+    bounds = column.offsets.to_pylist()
+    flat = column.values
+    names, values = flat.field("key").to_pylist(), flat.field("value").to_pylist()
+    pairs = list(zip(names, values, strict=True))
+    valid = column.is_valid().to_pylist() if column.null_count else None
+    headers = [pairs[bounds[i]:bounds[i + 1]] if valid is None or valid[i] else None
+               for i in range(len(column))]
+    recorded_ms = [None if us is None else us // 1000
+                   for us in batch.column("timestamp").cast(pa.int64()).to_pylist()]
+    records = list(zip(batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+                       headers, batch.column("partition").to_pylist(),
+                       batch.column("offset").to_pylist(), recorded_ms, strict=True))
+    return HistoryRun.rows(records)[0]
+
+
+def dedupe_records(records: DataFrame) -> DataFrame:
+    """:func:`dedupe_rows` before decoding: one record per aggregate type, aggregate id (the
+    key) and version (headers), the last written, of Kafka records (:data:`RECORD_COLUMNS`);
+    records without a key or version (not events) are left out, as the history job leaves
+    them."""
+    from pyspark.sql import functions as F
+
+    from cqrs.processor.job import header_expr
+
+    keyed = records.select(
+        *RECORD_COLUMNS,
+        F.expr(header_expr("cqrs.aggregate_type")).alias("_type"),
+        F.expr(header_expr("cqrs.version")).alias("_version"),
+    ).where(F.col("key").isNotNull() & F.col("_version").isNotNull())
+    rest = [c for c in RECORD_COLUMNS if c != "key"]
+    return (keyed.groupBy("_type", "key", "_version")
+            .agg(F.max_by(F.struct(*rest), F.struct("partition", "offset")).alias("_record"))
+            .select("key", "_record.*").select(*RECORD_COLUMNS))
+
+
+def decode_records(records: DataFrame, spec: LogSpec, names: tuple[str, ...], *, flat: bool,
+                   payload: bool = False) -> DataFrame:
+    """Kafka records (:data:`RECORD_COLUMNS`) -> events of ``names`` in the columns of an
+    :class:`~cqrs.history.columns.EventLayout`: :func:`decode_rows` of their rows, in one pass
+    in the executors (no Arrow batch of rows in between)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from cqrs.loading import load_app
+
+    layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
+    return records.mapInArrow(_decoder(spec, names, flat, payload, _history_rows),
+                              from_arrow_schema(layout.schema()))
 
 
 def _archive_rows(spark: SparkSession, path: str, written_types: Iterable[str] | None,
@@ -256,23 +326,29 @@ def decode_rows(rows: DataFrame, spec: LogSpec, names: tuple[str, ...], *, flat:
     from cqrs.loading import load_app
 
     layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
-    return rows.mapInArrow(_decoder(spec, names, flat, payload), from_arrow_schema(layout.schema()))
+    return rows.mapInArrow(_decoder(spec, names, flat, payload, rows_from_arrow),
+                           from_arrow_schema(layout.schema()))
 
 
-def _decoder(spec: LogSpec, names: tuple[str, ...], flat: bool,
-             payload: bool) -> Callable[[Iterator[Any]], Iterator[Any]]:
+def _decoder(spec: LogSpec, names: tuple[str, ...], flat: bool, payload: bool,
+             rows_of: Callable[[Any], list[HistoryRow]]) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """Record batches -> the layout's batches: ``rows_of`` a batch, decoded by
+    :func:`~cqrs.history.rows.decode_row` (the reader's function)."""
     def run(batches: Iterator[Any]) -> Iterator[Any]:
+        from cqrs.collector import paused
         from cqrs.loading import load_app
 
         codec = spec_codec(spec)
         layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
         wanted = set(names)
         for batch in batches:
-            rows = rows_from_arrow(batch)
-            events = [decode_row(codec, r) for r in rows]
-            keep = [i for i, e in enumerate(events) if type_name(e.event) in wanted]
-            yield layout.batch([events[i] for i in keep],
-                               [rows[i].payload for i in keep] if payload else None)
+            with paused():  # tens of thousands of objects a batch, and no cycles
+                rows = rows_of(batch)
+                events = [decode_row(codec, r) for r in rows]
+                keep = [i for i, e in enumerate(events) if type_name(e.event) in wanted]
+                out = layout.batch([events[i] for i in keep],
+                                   [rows[i].payload for i in keep] if payload else None)
+            yield out
     return run
 
 
@@ -306,11 +382,23 @@ def log_table(spark: SparkSession, app: App | str, *,
     src = LogSource.open(spark, app, cfg=cfg, topics=topics, source=source)
     names = event_type_names(src.app, event_types)
     flat = event_types is not None and len(names) == 1
-    rows = src.rows(spark, written_types=written_type_names(src.app, names), since=since,
-                    until=until)
-    if dedupe and source is None:  # an archive was written deduplicated
-        rows = dedupe_rows(rows)
-    return decode_rows(rows, src.spec, names, flat=flat)
+    return log_events(spark, src, names, flat=flat, since=since, until=until, dedupe=dedupe)
+
+
+def log_events(spark: SparkSession, src: LogSource, names: tuple[str, ...], *, flat: bool,
+               since: _dt.datetime | None = None, until: _dt.datetime | None = None,
+               dedupe: bool = True, payload: bool = False) -> DataFrame:
+    """The events of ``names`` of the log ``src`` in an :class:`EventLayout`'s columns: the
+    topic's records deduplicated (``dedupe``) and decoded in one pass, or an archive's rows
+    (written deduplicated) decoded."""
+    written = written_type_names(src.app, names)
+    if src.path is not None:
+        return decode_rows(src.rows(spark, written_types=written, since=since, until=until),
+                           src.spec, names, flat=flat, payload=payload)
+    records = src.records(spark, written_types=written, since=since, until=until)
+    if dedupe:
+        records = dedupe_records(records)
+    return decode_records(records, src.spec, names, flat=flat, payload=payload)
 
 
 def log_stream(spark: SparkSession, app: App | str, *,
@@ -332,9 +420,9 @@ def log_stream(spark: SparkSession, app: App | str, *,
               .option("failOnDataLoss", "true"))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    rows = _record_rows(reader.load(), written_type_names(src.app, names), None, None, None,
-                        False)
-    return decode_rows(rows, src.spec, names, flat=flat)
+    records = _filtered_records(reader.load(), written_type_names(src.app, names), None, None,
+                                None, False)
+    return decode_records(records, src.spec, names, flat=flat)
 
 
 def log_views(spark: SparkSession, app: App | str, *, since: _dt.datetime | None = None,
@@ -351,10 +439,7 @@ def log_views(spark: SparkSession, app: App | str, *, since: _dt.datetime | None
     names = event_type_names(src.app, None)
 
     def frame(wanted: tuple[str, ...], flat: bool) -> DataFrame:
-        rows = src.rows(spark, written_types=written_type_names(src.app, wanted), since=since,
-                        until=until)
-        return decode_rows(rows if source is not None else dedupe_rows(rows), src.spec, wanted,
-                           flat=flat)
+        return log_events(spark, src, wanted, flat=flat, since=since, until=until)
 
     frame(names, False).select(*ENVELOPE_COLUMNS).createOrReplaceTempView(EVENTS_VIEW)
     views = {EVENTS_VIEW: "*"}

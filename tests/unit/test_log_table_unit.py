@@ -22,7 +22,7 @@ from cqrs.history.columns import (
     ENVELOPE_COLUMNS, EventLayout, StateLayout, aware_time, check_range,
     event_type_names, rows_from_arrow, rows_to_arrow, view_names, written_type_names,
 )
-from cqrs.history.frames import state_of
+from cqrs.history.frames import RECORD_COLUMNS, _history_rows, state_of
 from cqrs.loading import AppReferenceError, app_reference
 from cqrs.testing.example import Account, CloseAccount, Deposit, OpenAccount, Withdraw
 from cqrs.testing.example_app import app
@@ -160,6 +160,29 @@ def test_history_rows_go_through_arrow_unchanged(ann: LocalRunner) -> None:
     assert rows_from_arrow(batch) == rows
     assert rows_from_arrow(pa.Table.from_batches([batch])) == rows
     assert rows_from_arrow(rows_to_arrow([])) == []
+
+
+def _kafka_batch(records: list[Any]) -> pa.RecordBatch:
+    """Records as Spark's Kafka source hands them to mapInArrow (RECORD_COLUMNS)."""
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    return pa.RecordBatch.from_arrays([
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        pa.array([None if r.headers is None else [{"key": k, "value": v} for k, v in r.headers]
+                  for r in records], headers),
+        pa.array([r.partition for r in records], pa.int32()),
+        pa.array([r.offset for r in records], pa.int64()),
+        pa.array([r.timestamp_ms * 1000 for r in records], pa.timestamp("us", tz="UTC")),
+    ], names=list(RECORD_COLUMNS))
+
+
+def test_records_become_the_history_jobs_rows_in_the_dataframes_pass(ann: LocalRunner) -> None:
+    records = ann.event_records()
+    without = attrs.evolve(records[0], headers=None, offset=99)  # not an event: passed over
+    batch = _kafka_batch([*records, without])
+    assert _history_rows(batch) == rows_from_records(records)
+    # a slice (Arrow keeps the whole header array under it) reads the same rows
+    assert _history_rows(batch.slice(2, 3)) == rows_from_records(records[2:5])
 
 
 def test_a_state_folds_the_dense_prefix_of_its_rows(ann: LocalRunner) -> None:
