@@ -50,7 +50,7 @@ def key_store_for(cfg: CqrsConfig, app: App) -> KeyStore | None:
     before it starts (:func:`cqrs.processor.job.check_app_schemas`), so it fails there rather
     than in a task.
     """
-    if not app.personal_classes:
+    if not keeps_personal_data(app):
         return None
     if app.key_store is not None:
         return app.key_store
@@ -63,12 +63,20 @@ def key_store_for(cfg: CqrsConfig, app: App) -> KeyStore | None:
         return store
 
 
+def keeps_personal_data(app: App) -> bool:
+    """Whether ``app`` declares personal data: ``personal()`` fields on its messages or
+    aggregates, or personal columns on a projection (``personal_columns``, read without
+    importing the projections package)."""
+    return bool(app.personal_classes) or any(
+        getattr(p, "personal_columns", None) for p in getattr(app, "projections", ()))
+
+
 def require_master_key(cfg: CqrsConfig, app: App) -> None:
     """Refuse (:class:`~cqrs.errors.MissingMasterKeyError`, naming the app, ``[personal_data] master_key`` /
     ``CQRS_PERSONAL_DATA_MASTER_KEY`` and how to make one) a configuration without a valid
     master key for an app with personal fields that binds no key store of its own; connects
     to nothing (``cqrs serve`` checks it as it starts)."""
-    if not app.personal_classes or app.key_store is not None:
+    if not keeps_personal_data(app) or app.key_store is not None:
         return
     try:
         cfg.personal_data.master_key_bytes()
