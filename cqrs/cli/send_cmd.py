@@ -132,6 +132,9 @@ def _run_serve(cfg: CqrsConfig, args: argparse.Namespace) -> int:
 
         probes.append(ProjectionProbe.for_app)
     ctx = HttpContext(app, cfg)
+    from cqrs.cli.forget_cmd import forget_steps
+
+    ctx.forget_steps = forget_steps(app)  # forgetting rewrites the read models too
     api = create_http_app(ctx, extra, status_probes=probes)
     host = args.host or cfg.client.http_host
     port = args.port if args.port is not None else cfg.client.http_port
