@@ -247,37 +247,113 @@ def _history_rows(batch: Any) -> list[HistoryRow]:
 
 
 def dedupe_records(records: DataFrame) -> DataFrame:
-    """:func:`dedupe_rows` before decoding: one record per aggregate type, aggregate id (the
-    key) and version (headers), the last written, of Kafka records (:data:`RECORD_COLUMNS`);
-    records without a key or version (not events) are left out, as the history job leaves
-    them."""
+    """Kafka records (:data:`RECORD_COLUMNS`) ready for :func:`decode_records` to keep one per
+    aggregate type, aggregate id and version, the last written (what :func:`dedupe_rows` keeps,
+    and the history table): each partition sorted by those (headers and key) and offset, without
+    a shuffle, and the records without a key or version (not events) left out, as the history
+    job leaves them.
+
+    A record and its copies (a re-run batch writes the same events again) are in one partition
+    of the topic, which is keyed by aggregate id, and Spark's Kafka source reads a partition of
+    the topic as one task, so each task sees all the copies of its records; the copies end up
+    next to each other, and :func:`decode_records` keeps the last of each run."""
     from pyspark.sql import functions as F
 
     from cqrs.processor.job import header_expr
 
-    keyed = records.select(
-        *RECORD_COLUMNS,
-        F.expr(header_expr("cqrs.aggregate_type")).alias("_type"),
-        F.expr(header_expr("cqrs.version")).alias("_version"),
-    ).where(F.col("key").isNotNull() & F.col("_version").isNotNull())
-    rest = [c for c in RECORD_COLUMNS if c != "key"]
-    return (keyed.groupBy("_type", "key", "_version")
-            .agg(F.max_by(F.struct(*rest), F.struct("partition", "offset")).alias("_record"))
-            .select("key", "_record.*").select(*RECORD_COLUMNS))
+    return (records.select(*RECORD_COLUMNS,
+                           F.expr(header_expr("cqrs.aggregate_type")).alias(_TYPE),
+                           F.expr(header_expr("cqrs.version")).cast("string").cast("long")
+                           .alias(_VERSION))
+            .where(F.col("key").isNotNull() & F.col(_VERSION).isNotNull())
+            .sortWithinPartitions(_TYPE, "key", _VERSION, "offset"))
 
 
 def decode_records(records: DataFrame, spec: LogSpec, names: tuple[str, ...], *, flat: bool,
                    payload: bool = False) -> DataFrame:
-    """Kafka records (:data:`RECORD_COLUMNS`) -> events of ``names`` in the columns of an
-    :class:`~cqrs.history.columns.EventLayout`: :func:`decode_rows` of their rows, in one pass
-    in the executors (no Arrow batch of rows in between)."""
+    """Kafka records (:data:`RECORD_COLUMNS`; or :func:`dedupe_records`' frame, whose runs of
+    copies give way to their last) -> events of ``names`` in the columns of an
+    :class:`~cqrs.history.columns.EventLayout`, in one pass in the executors: the envelope of
+    lean events column at a time (:mod:`cqrs.history.batches`), any other batch record by
+    record as :func:`decode_rows` reads rows."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from cqrs.loading import load_app
 
     layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
-    return records.mapInArrow(_decoder(spec, names, flat, payload, _history_rows),
+    return records.mapInArrow(_record_decoder(spec, names, flat, payload),
                               from_arrow_schema(layout.schema()))
+
+
+_TYPE, _VERSION = "_cqrs_type", "_cqrs_version"
+
+
+def _record_decoder(spec: LogSpec, names: tuple[str, ...], flat: bool,
+                    payload: bool) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        from cqrs.collector import paused
+        from cqrs.loading import load_app
+
+        codec = spec_codec(spec)
+        layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
+        wanted = set(names)
+        held = None  # a deduplicated frame's last record, until the next batch shows its run ended
+        for batch in batches:
+            if _TYPE in batch.schema.names:
+                batch, held = _last_of_runs(held, batch)
+            if batch.num_rows:
+                with paused():  # tens of thousands of objects a batch, and no cycles
+                    out = _decode_records(batch, codec, layout, wanted)
+                yield out
+        if held is not None:
+            yield _decode_records(held, codec, layout, wanted)
+    return run
+
+
+def _last_of_runs(held: Any, batch: Any) -> tuple[Any, Any]:
+    """The records of ``held`` (a record, or None) and ``batch`` that are the last of their run
+    of copies, but the last record, which is held for the next batch."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if held is not None:
+        batch = pa.concat_batches([held, batch])
+    n = batch.num_rows
+    if n == 0:
+        return batch, None
+    same = None
+    for c in (_TYPE, "key", _VERSION):
+        column = batch.column(c)
+        eq = pc.fill_null(pc.equal(column.slice(0, n - 1), column.slice(1)), False)
+        same = eq if same is None else pc.and_(same, eq)
+    keep = pc.invert(same) if same is not None else pa.array([], pa.bool_())
+    return batch.slice(0, n - 1).filter(keep), batch.slice(n - 1, 1)
+
+
+def _decode_records(batch: Any, codec: Codec, layout: EventLayout, wanted: set[str]) -> Any:
+    """A batch of Kafka records -> the layout's batch of the events of ``wanted`` types."""
+    import pyarrow as pa
+
+    from cqrs.history.batches import lean_event_columns, writer_columns
+
+    columns = lean_event_columns(batch)
+    if columns is None:  # not all lean events: record by record
+        rows = _history_rows(batch)
+        events = [decode_row(codec, r) for r in rows]
+        keep = [i for i, e in enumerate(events) if type_name(e.event) in wanted]
+        return layout.batch([events[i] for i in keep],
+                            [rows[i].payload for i in keep] if layout.payload else None)
+    payloads = columns["payload"].to_pylist()
+    decoded = [codec.decode(p) for p in payloads]
+    keep = [i for i, e in enumerate(decoded) if type_name(e) in wanted]
+    kinds, versions = writer_columns(payloads, codec.writer_of)
+    if len(keep) < len(decoded):
+        taken = pa.array(keep, pa.int64())
+        columns = {k: v.take(taken) for k, v in columns.items()}
+        decoded = [decoded[i] for i in keep]
+        kinds, versions = [kinds[i] for i in keep], [versions[i] for i in keep]
+    columns["schema_type"], columns["schema_version"] = kinds, versions
+    return layout.batch_of(columns, decoded, columns["payload"] if layout.payload else None)
 
 
 def _archive_rows(spark: SparkSession, path: str, written_types: Iterable[str] | None,
