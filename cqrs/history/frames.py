@@ -58,13 +58,14 @@ is made of."""
 @attrs.frozen
 class LogSpec:
     """What an executor needs to decode an app's log (pickled into Spark's tasks): the app by
-    reference, the configuration, and the schemas: the schemas topic's, or those an archive
-    keeps (their JSON)."""
+    reference, the configuration, and the writer schemas: their JSON (read by the driver from
+    the schemas topic when it opened a snapshot of the log, or kept by an archive), or ``None``:
+    each executor reads the schemas topic (a stream, which may meet schemas written later)."""
 
     cfg: CqrsConfig
     app_ref: str
     schemas_topic: str
-    archived_schemas: tuple[str, ...] | None = None
+    schemas: tuple[str, ...] | None = None
 
 
 _CODECS: dict[str, Any] = {}
@@ -90,9 +91,9 @@ def spec_codec(spec: LogSpec) -> Codec:
 def _store(spec: LogSpec) -> Any:
     from cqrs.codec.schema_store import InMemorySchemaStore
 
-    if spec.archived_schemas is not None:
+    if spec.schemas is not None:
         return InMemorySchemaStore({str(i).encode(): json.loads(s)
-                                    for i, s in enumerate(spec.archived_schemas)})
+                                    for i, s in enumerate(spec.schemas)})
     from cqrs.codec.kafka_schema_store import KafkaSchemaStore
 
     cfg = spec.cfg
@@ -113,10 +114,12 @@ class LogSource:
 
     @classmethod
     def open(cls, spark: SparkSession, app: App | str, *, cfg: CqrsConfig | None = None,
-             topics: AppTopics | None = None, source: str | None = None) -> LogSource:
+             topics: AppTopics | None = None, source: str | None = None,
+             live: bool = False) -> LogSource:
         """The log of ``app`` (an App or its ``module:attribute``): its events topic, or the
         archive at ``source``. Checks the app's classes read every stored schema
-        (:class:`~cqrs.codec.IncompatibleSchemaError` names what does not)."""
+        (:class:`~cqrs.codec.IncompatibleSchemaError` names what does not). ``live``: for a
+        stream, whose executors read the schemas topic themselves (schemas written later)."""
         from cqrs.codec.registry import check_compatibility
         from cqrs.loading import app_reference, load_app
 
@@ -145,6 +148,13 @@ class LogSource:
         store = _store(opened.spec)
         try:
             check_compatibility(store, the_app.codec_for(store, key_store=key_store))
+            if opened.spec.schemas is None and not live:
+                # the records of the snapshot were written after their schemas: the executors
+                # take these along, and open no schemas topic (a consumer each, seconds)
+                from cqrs.codec.schema import canonical_json
+
+                opened = attrs.evolve(opened, spec=attrs.evolve(
+                    opened.spec, schemas=tuple(canonical_json(s) for s in store.all().values())))
         finally:
             if hasattr(store, "close"):
                 store.close()
@@ -451,7 +461,7 @@ def log_table(spark: SparkSession, app: App | str, *,
     and before ``until``. ``source``: the folder of an archive (:func:`~cqrs.history.archive.
     write_archive`) instead of the events topic. ``dedupe`` (default): one row per aggregate and
     version (the copies a re-run batch wrote give way to the last one, as in the history table;
-    costs a shuffle). Events written by older classes show in today's shape (the app's
+    costs a sort of each topic partition, see :func:`dedupe_records`). Events written by older classes show in today's shape (the app's
     upcasters); ``schema_type`` and ``schema_version`` say what they were written with."""
     since, until = aware_time(since, "since"), aware_time(until, "until")
     check_range(since, until)
@@ -486,7 +496,7 @@ def log_stream(spark: SparkSession, app: App | str, *,
     deduplicated: a copy written again by a re-run batch shows again (drop it by
     ``aggregate_type``, ``aggregate_id`` and ``version``, e.g. with
     ``dropDuplicatesWithinWatermark``)."""
-    src = LogSource.open(spark, app, cfg=cfg, topics=topics)
+    src = LogSource.open(spark, app, cfg=cfg, topics=topics, live=True)
     names = event_type_names(src.app, event_types)
     flat = event_types is not None and len(names) == 1
     reader = (spark.readStream.format("kafka").options(**src.spec.cfg.kafka.spark_options())
