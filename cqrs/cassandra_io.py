@@ -275,13 +275,13 @@ class CassandraSession:
             future = execute_concurrent_async(self.session, statements,
                                               concurrency=self.concurrency, raise_on_first_error=True)
         except Exception as exc:
-            raise self.error(f"{what} failed: {exc}") from exc
+            raise self.error(f"{what} failed: {_cause(exc)}") from exc
 
         def wait() -> list[Any]:
             try:
                 return [r for _, r in future.result()]
             except Exception as exc:
-                raise self.error(f"{what} failed: {exc}") from exc
+                raise self.error(f"{what} failed: {_cause(exc)}") from exc
 
         return wait
 
@@ -395,3 +395,14 @@ class CassandraSession:
 
     def close(self) -> None:
         self.cluster.shutdown()
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The error to report for ``exc``: the driver's concurrent executor, when a statement
+    fails at once, can raise ``InvalidStateError: FINISHED`` while setting that failure on its
+    future; the statement's own error is then the one it was handling."""
+    from concurrent.futures import InvalidStateError
+
+    if isinstance(exc, InvalidStateError) and exc.__context__ is not None:
+        return exc.__context__
+    return exc

@@ -98,6 +98,10 @@ _REQUIRED: Final = ("message_id", "message_type", "kind", "aggregate_type", "tim
 _EVENT_REQUIRED: Final = ("message_type", "aggregate_type", "timestamp")  # and a version
 _OPTIONAL_STR: Final = ("command_id", "correlation_id", "causation_id")
 _OPTIONAL_INT: Final = ("version", "expected_version", "reply_partition")
+# (field, header) pairs, so reading a record builds no header name
+_REQUIRED_HEADERS: Final = tuple((n, HEADER_PREFIX + n) for n in _REQUIRED)
+_OPTIONAL_STR_HEADERS: Final = tuple((n, HEADER_PREFIX + n) for n in _OPTIONAL_STR)
+_OPTIONAL_INT_HEADERS: Final = tuple((n, HEADER_PREFIX + n) for n in _OPTIONAL_INT)
 
 
 @attrs.frozen(slots=True)
@@ -345,9 +349,9 @@ def _header_map(headers: Iterable[Any] | None) -> dict[str, bytes | None]:
             k, v = item
         else:  # a Spark Row / struct with .key / .value
             k, v = item["key"], item["value"]
-        if isinstance(k, bytes):
-            k = k.decode("utf-8", "replace")
-        found[str(k)] = bytes(v) if v is not None else None
+        if type(k) is not str:
+            k = k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k)
+        found[k] = v if v is None or type(v) is bytes else bytes(v)
     return found
 
 
@@ -439,8 +443,12 @@ def from_kafka(
     fields: dict[str, Any] = {"aggregate_id": aggregate_id}
     # an event (a version, no kind) may leave out what is derived from the rest
     lean_event = HEADER_PREFIX + "kind" not in found and found.get(HEADER_PREFIX + "version") is not None
-    for name in _REQUIRED:
-        fields[name] = _text(found, HEADER_PREFIX + name, not lean_event or name in _EVENT_REQUIRED)
+    for name, header in _REQUIRED_HEADERS:
+        raw = found.get(header)
+        if raw is not None and type(raw) is bytes and raw.isascii():  # most headers: at once
+            fields[name] = raw.decode("ascii")
+        else:
+            fields[name] = _text(found, header, not lean_event or name in _EVENT_REQUIRED)
     if lean_event:
         fields["kind"] = "event"
     if fields["kind"] not in ("command", "event"):
@@ -459,8 +467,10 @@ def from_kafka(
             f"header 'cqrs.timestamp' = {fields['timestamp']!r} has no UTC offset: add +00:00"
         )
     fields["timestamp"] = ts
-    for name in _OPTIONAL_INT:
-        text = _text(found, HEADER_PREFIX + name, False)
+    for name, header in _OPTIONAL_INT_HEADERS:
+        if header not in found:
+            continue
+        text = _text(found, header, False)
         if text is not None:
             try:
                 fields[name] = int(text)
@@ -468,8 +478,8 @@ def from_kafka(
                 raise MalformedHeaderError(
                     f"header {HEADER_PREFIX + name!r} = {text!r} is not an integer"
                 ) from None
-    for name in _OPTIONAL_STR:
-        fields[name] = _text(found, HEADER_PREFIX + name, False)
+    for name, header in _OPTIONAL_STR_HEADERS:
+        fields[name] = _text(found, header, False) if header in found else None
     if lean_event:
         command_id = fields["command_id"]
         if fields["message_id"] is None:

@@ -1,19 +1,21 @@
-"""``cqrs demo``: the four example apps end to end on the real stack, in one command.
+"""``cqrs demo``: the five example apps end to end on the real stack, in one command.
 
 It starts the local stack if none is running, runs the command processors of bank, orders,
-loyalty and lending, lending's process managers, bank's retry job and orders' deadline
+loyalty, lending and ticketing, lending's process managers, bank's retry job and orders' deadline
 scheduler in one Spark session, races clients for loans across aggregates, lets an unpaid
 order's payment window run out (a deadline), sends the scripted workload of
 :mod:`domain_examples.workload` through the real client (including a race, rejections, a
 repeated command id and a handler crash), shows the answers and the dead letters (in the topic,
 and as the retry job recorded them), runs the projectors into Cassandra, prints the
-read models, rebuilds one projection into a new generation, checks everything it printed, and
+read models, forgets a ticketing customer (their personal data, before and after), rebuilds one projection into a new generation, checks everything it printed, and
 cleans up what it created (fresh topics, keyspace and checkpoints per run) unless told to keep.
 """
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
+import os
 import contextlib
 import datetime as _dt
 import shutil
@@ -48,8 +50,11 @@ APP_REFS = {
     "orders": "domain_examples.orders:app",
     "loyalty": "domain_examples.loyalty:app",
     "lending": "domain_examples.lending:app",
+    "ticketing": "domain_examples.ticketing:app",
 }
-STEPS = 9
+STEPS = 10
+TICKET_BUYERS = [("c-erin", "Erin Quillfeather", "erin@example.com"),
+                 ("c-ann", "Ann Marlowe", "ann@example.com")]
 LOAN_BOOKS = [f"book-{i}" for i in range(1, 6)]
 DEADLINE_ORDERS = ["ord-dee-paid", "ord-dee-unpaid"]  # a 3-second payment window each
 
@@ -72,6 +77,8 @@ class Demo:
             kafka={"topic_prefix": f"{cfg.kafka.topic_prefix}demo-{self.run_id}."},
             cassandra={"keyspace": f"demo_{self.run_id}"},
             spark={"checkpoint_dir": self.workdir, "shuffle_partitions": 2},
+            # ticketing's personal fields: a throw-away master key for the throw-away keyspace
+            personal_data={"master_key": base64.b64encode(os.urandom(32)).decode()},
         )
         self.problems: list[str] = []
         self.started = time.monotonic()
@@ -148,6 +155,60 @@ class Demo:
                      f"({outcome['accepted']} accepted, {outcome['rejected']} rejected, "
                      f"{outcome['failed']} failed)")
         return answered
+
+    def place_ticket_orders(self, client: Any) -> None:
+        from domain_examples.ticketing import PlaceTicketOrder
+
+        futures = [client.send(f"tix-{cid}", PlaceTicketOrder(cid, name, mail, "Tosca", 2),
+                               expected_version=0) for cid, name, mail in TICKET_BUYERS]
+        results = [f.result(self.opts.timeout_s) for f in futures]
+        self.say(f"  ticketing: {len(results)} ticket orders with the buyer's name and e-mail "
+                 "(personal data, encrypted with each buyer's key): "
+                 f"{', '.join(r.status for r in results)}")
+
+    def forget_a_customer(self, app: App) -> None:
+        from cqrs.personal.stack import forget
+        from domain_examples.ticketing import TicketOrders
+        from projections.personal import forget_step, stack_store
+        from projections.query import ProjectionReader
+        from projections.store import table_base
+        from projections.stores import cached_store
+
+        raw = cached_store(self.cfg)
+        reader = ProjectionReader(app, stack_store(raw, self.cfg, app), generation_ttl=0.0)
+        keys = [f"tix-{cid}" for cid, _, _ in TICKET_BUYERS]
+
+        def show(when: str) -> list[Any]:
+            views = [reader.get("ticket_orders", k) for k in keys]
+            self.say(f"  ticketing / ticket_orders {when}")
+            self.table(["order_id", "customer_id", "customer_name", "show", "tickets"],
+                       [[(v or {}).get(c) for c in ("order_id", "customer_id", "customer_name",
+                                                     "show", "tickets")] for v in views])
+            return views
+
+        before = show("before")
+        self.check([(v or {}).get("customer_name") for v in before] ==
+                   [name for _, name, _ in TICKET_BUYERS],
+                   "the read model shows each buyer's name (stored encrypted, opened to read)")
+        base = table_base(app.name, "ticket_orders")
+        generation = raw.generations(base).current or 1
+        sealed = {k: v.values.get("customer_name") for k, v in
+                  raw.scan_views(TicketOrders(), base, generation) if v.values}
+        self.say(f"  as stored in Cassandra: customer_name of tix-c-erin = "
+                 f"{str(sealed.get('tix-c-erin'))[:40]}...")
+        self.check(all(str(s).startswith("cqrs-pd1:") for s in sealed.values()),
+                   "Cassandra holds only ciphertext of the names")
+        self.say("  $ cqrs forget domain_examples.ticketing:app c-erin")
+        outcome = forget(self.cfg, app, "c-erin", steps=[forget_step],
+                         report=lambda line: self.say(f"    {line}"))
+        after = show("after forgetting c-erin")
+        self.check(outcome.deleted_now and outcome.rows_rewritten == 1
+                   and (after[0] or {}).get("customer_name") == "<forgotten>"
+                   and after[1] == before[1]
+                   and {**(after[0] or {}), "customer_name": None} ==
+                   {**(before[0] or {}), "customer_name": None},
+                   "c-erin's name reads <forgotten> (key deleted, row rewritten), the rest of "
+                   "the order and c-ann's are unchanged")
 
     def show_answers(self, answered: list[tuple[Scripted, CommandResult]]) -> None:
         order = list(APP_REFS)
@@ -323,11 +384,11 @@ class Demo:
         from cqrs.process.job import ProcessManagerOptions, start_process_manager
         from cqrs.scheduler.job import SchedulerOptions, start_scheduler
 
-        self.say(f"cqrs demo {self.run_id}: bank, orders, loyalty and lending on Kafka, Spark and "
+        self.say(f"cqrs demo {self.run_id}: bank, orders, loyalty, lending and ticketing on Kafka, Spark and "
                  "Cassandra")
         self.step("the local stack")
         with self.stack():
-            self.step("Spark, the four command processors, lending's process managers, bank's "
+            self.step("Spark, the five command processors, lending's process managers, bank's "
                       "retry job and orders' deadline scheduler")
             log = self.base_cfg.dev.home_path / "logs" / f"demo-{self.run_id}-spark.log"
             spark = spark_session(self.cfg, f"cqrs-demo-{self.run_id}", log_file=log)
@@ -351,7 +412,7 @@ class Demo:
                     if not wait_until_started(queries[-1]):
                         raise RuntimeError(f"query {queries[-1].name} did not start: "
                                            f"{queries[-1].exception()}")
-                self.say(f"  {len(queries)} jobs running: 4 processors, bank's retry job, "
+                self.say(f"  {len(queries)} jobs running: 5 processors, bank's retry job, "
                          f"lending's process managers and orders' scheduler (topics prefixed "
                          f"{self.cfg.kafka.topic_prefix!r}, Cassandra keyspace {self.cfg.cassandra.keyspace!r})")
                 clients = {name: [CommandClient(app, self.cfg) for _ in range(2 if name == "bank" else 1)]
@@ -360,6 +421,7 @@ class Demo:
                 self.step("the scripted workload, through the command client")
                 answered = self.send_workload(clients)
                 self.show_answers(answered)
+                self.place_ticket_orders(clients["ticketing"][0])
 
                 self.step("a race across aggregates: five loans for a member allowed three")
                 self.race_for_loans(clients["lending"][0])
@@ -380,6 +442,9 @@ class Demo:
                 self.step("read models")
                 self.show_read_models(apps)
 
+                self.step("personal data: forgetting a customer (crypto-shredding)")
+                self.forget_a_customer(apps["ticketing"])
+
                 self.step("rebuilding a projection from the event log into a new generation")
                 if self.opts.rebuild:
                     self.rebuild(spark, apps, rebuild_projection)
@@ -392,6 +457,9 @@ class Demo:
                 for q in queries:
                     q.stop()
                 spark.stop()
+                from cqrs.personal.stack import close_key_stores
+
+                close_key_stores()  # ticketing's keys: the demo leaves no connection open
                 self.cleanup()
         seconds = time.monotonic() - self.started
         if self.problems:

@@ -21,7 +21,9 @@ from typing import Any
 from cqrs.config import CassandraSettings, ProjectionSettings
 from projections.errors import ProjectionStoreError
 from projections.model import CategoryProjection, Projection, RekeyedProjection
-from projections.records import CategoryRow, CategoryWrite, Generations, StoredView, ViewWrite
+from projections.records import (
+    CategoryRow, CategoryWrite, CellsWrite, Generations, StoredView, ViewWrite,
+)
 from projections.store import ProjectionStore, normalize_value, table_names
 
 __all__ = ["CassandraStore"]
@@ -174,6 +176,23 @@ class CassandraStore(ProjectionStore):
                              [(v.key, *self._values(projection, v.values), *meta(v),
                                v.parked_at if v.mode == "park" else None, v.timestamp)
                               for v in marked])
+
+    def rewrite_cells(self, projection: Projection, base: str, generation: int,
+                      rows: Sequence[CellsWrite]) -> None:
+        # UPDATE, not INSERT: the row's other cells (and its row marker) keep their timestamps
+        vt, ct = table_names(base, generation)
+        for row in rows:
+            sets = ", ".join(f"{_q(c)} = ?" for c in row.values)
+            values = list(row.values.values())
+            if row.group is None:
+                stmt = self._prepare(f"UPDATE {vt} USING TIMESTAMP ? SET {sets} WHERE "
+                                     f"{_q(projection.key)} = ?", write=True)
+                self._write_rows(stmt, [row.key], [(row.timestamp, *values, row.key)])
+            else:
+                stmt = self._prepare(f"UPDATE {ct} USING TIMESTAMP ? SET {sets} WHERE grp = ? "
+                                     "AND sort = ? AND aggregate_id = ?", write=True)
+                self._write_rows(stmt, [row.group],
+                                 [(row.timestamp, *values, row.group, row.sort, row.key)])
 
     def trim(self, projection: CategoryProjection, base: str, generation: int,
              groups: Sequence[str]) -> None:

@@ -40,6 +40,7 @@ from projections.dlq import from_dlq_record, replay_dead_letters
 from projections.errors import ProjectionError
 from projections.fold import Decode
 from projections.model import Projection, RekeyedProjection
+from projections.personal import stack_store
 from projections.records import DeadLetter
 from projections.store import ProjectionStore
 
@@ -173,7 +174,7 @@ class ProjectionRetrier:
         self.target = Target(projection, base, generation)
         self.dlq_topic = dlq_topic
         self.schemas_topic = schemas_topic
-        self.views = store
+        self.views = stack_store(store, cfg, app)  # personal columns sealed and opened
         self.backoff = app.retries.projection_backoff(projection.name)
         self.app_key = retry_table_app(topic_base, projection.name, generation)
         self.lock = threading.RLock()

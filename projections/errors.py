@@ -8,6 +8,8 @@ __all__ = [
     "CategoryKeyChangedError",
     "DeadLetterRaisedError",
     "GenerationError",
+    "PersonalColumnError",
+    "PersonalDataCopiedError",
     "PageTokenError",
     "ProjectionDefinitionError",
     "ProjectionError",
@@ -34,6 +36,17 @@ class UnknownProjectionError(ProjectionError, LookupError):
 class CategoryKeyChangedError(ProjectionError, ValueError):
     """A handler changed the order value of a category item after it was set (a changed group
     value moves the item instead)."""
+
+
+class PersonalColumnError(ProjectionError, ValueError):
+    """A view's personal column holds a value but the view names no data subject for it (its
+    subject column is empty), so there is no key to seal it with."""
+
+
+class PersonalDataCopiedError(ProjectionError, ValueError):
+    """A handler copied an event's personal field into a view column that is not declared
+    personal: it would be stored in clear and outlive forgetting the subject. The message
+    names the projection, event field and column, never the value."""
 
 
 class ProjectionStoreError(ProjectionError, RuntimeError):

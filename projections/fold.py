@@ -22,6 +22,7 @@ import attrs
 from cqrs.budget import Guard
 from projections.errors import CategoryKeyChangedError
 from projections.model import DELETE, CategoryProjection, EventMeta, Projection
+from projections.personal import check_personal_copies
 from projections.records import CategoryWrite, DeadLetter, EventRecord, StoredView, ViewWrite
 
 __all__ = ["AggregateFold", "CategoryTrail", "fold_aggregate", "group_by_aggregate", "needs_read"]
@@ -196,9 +197,11 @@ def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView
             if guard is not None:
                 guard.enter(rec, f"{type(projection).__name__}'s handler of {rec.message_type} "
                                  f"version {rec.version} of {aggregate_id[:80]!r}")
-            result = handler(work, decode(rec.value), meta)
+            event = decode(rec.value)
+            result = handler(work, event, meta)
             if result is not DELETE:
                 trail.check(work)
+                check_personal_copies(projection, event, work)
         except Exception as exc:  # the handler's bug, parked with its message
             error = f"{type(exc).__name__}: {exc}"
             # ``work`` may be half-changed: the view to keep is the fold of the events before

@@ -59,7 +59,10 @@ def routes(ctx: HttpContext) -> APIRouter:
             if not readers:
                 from projections.stores import cached_store
 
-                readers.append(ProjectionReader(ctx.app, cached_store(ctx.cfg)))
+                from projections.personal import stack_store
+
+                readers.append(ProjectionReader(
+                    ctx.app, stack_store(cached_store(ctx.cfg), ctx.cfg, ctx.app)))
             return readers[0]
 
     def known(name: str) -> Projection:

@@ -35,6 +35,7 @@ from projections.dlq import dead_letter_topic, ensure_dead_letter_topic, to_dlq_
 from projections.dlq_retry import Parking, ProjectionRetrier, RoundStats, parkings_of
 from projections.errors import ProjectionStoreError
 from projections.records import EventRecord
+from projections.personal import stack_store
 from projections.stores import cached_store
 from projections.store import table_base
 
@@ -97,7 +98,7 @@ class _WorkerContext:
         self.decode = self.codec.decode
         self.projection = find_projection(self.app, opts.projection)
         self.dlq_topic = dead_letter_topic(self.app.name, prefix)
-        self.store = cached_store(cfg)
+        self.store = stack_store(cached_store(cfg), cfg, self.app)  # personal columns sealed
         self._producer: Any = None
         # the handlers run in a thread of their own, under [processor] decision_budget_s
         self.applying = BudgetedThread(f"cqrs-projecting-{opts.projection}")

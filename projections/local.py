@@ -18,6 +18,7 @@ from cqrs.domain.messages import type_name
 from projections.apply import BatchStats, Target, apply_batch
 from projections.errors import DeadLetterRaisedError
 from projections.model import Projection, select
+from projections.personal import with_personal_columns
 from projections.records import DeadLetter, EventRecord, Generations
 from projections.store import ProjectionStore, table_base
 
@@ -78,7 +79,7 @@ class LocalProjector:
     def __init__(self, app: Any, store: ProjectionStore, names: Sequence[str] = (), *,
                  collect_dead_letters: bool = False) -> None:
         self.app = app
-        self.store = store
+        self.store = with_personal_columns(store, app)  # sealed with the app's key store
         self.collect_dead_letters = collect_dead_letters
         self.targets = []
         for p in select(app, names):

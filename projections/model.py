@@ -157,7 +157,13 @@ class Projection:
     - ``aggregate``: the Aggregate class (or its type name) whose events are folded;
     - ``key``: name of the key column (holds the aggregate id), default ``"id"``;
     - ``columns``: ``{column: type}``, types among str, int, float, bool, datetime, date, bytes;
-    - ``defaults``: initial values of a new view (others start as None).
+    - ``defaults``: initial values of a new view (others start as None);
+    - ``personal_columns``: ``{column: subject column}``, the ``str`` columns that hold
+      personal data (a copy of an event's ``personal()`` field) and the column (or the key)
+      holding their data subject's id, as ``personal()`` and ``subject=`` read on messages.
+      The stores write them sealed with the subject's key and the readers open them: once the
+      subject is forgotten they read as :data:`~cqrs.domain.FORGOTTEN`
+      (see docs/personal-data.md).
     """
 
     name: ClassVar[str]
@@ -165,6 +171,7 @@ class Projection:
     key: ClassVar[str] = "id"
     columns: ClassVar[Mapping[str, type]] = {}
     defaults: ClassVar[Mapping[str, Any]] = {}
+    personal_columns: ClassVar[Mapping[str, str]] = {}  # personal column -> its subject column
     handlers: ClassVar[Mapping[str, str]] = {}  # event type name -> method name (derived)
     takes_meta: ClassVar[frozenset[str]] = frozenset()  # methods with a meta parameter
     aggregate_type: ClassVar[str] = ""  # derived from ``aggregate``
@@ -205,9 +212,48 @@ class Projection:
         unknown = set(cls.defaults) - set(cls.columns)
         if unknown:
             raise ProjectionDefinitionError(f"{where}.defaults name unknown columns {sorted(unknown)}")
+        cls._validate_personal()
         cls.handlers, cls.takes_meta = _handlers_of(cls)
         if not cls.handlers:
             raise ProjectionDefinitionError(f"{where} has no on_* handler for any event")
+
+    @classmethod
+    def _validate_personal(cls) -> None:
+        where = f"{cls.__qualname__}.personal_columns"
+        declared = cls.personal_columns
+        if not isinstance(declared, Mapping):
+            raise ProjectionDefinitionError(
+                f"{where} = {declared!r}: give a dict {{personal column: column holding its "
+                "data subject's id}}, e.g. {'customer_name': 'customer_id'}")
+        for col, subject in declared.items():
+            if col not in cls.columns:
+                raise ProjectionDefinitionError(
+                    f"{where} names {col!r}, which is not one of the columns "
+                    f"{sorted(cls.columns)}: declare it in `columns` first (as str)")
+            if cls.columns[col] is not str:
+                raise ProjectionDefinitionError(
+                    f"{where}: column {col!r} is {cls.columns[col].__name__}; personal columns "
+                    "are str (they are stored as encrypted text): make it a str column")
+            if subject != cls.key and subject not in cls.columns:
+                raise ProjectionDefinitionError(
+                    f"{where}[{col!r}] = {subject!r}: name the column holding the data "
+                    f"subject's id (the key {cls.key!r} or one of {sorted(cls.columns)}), as "
+                    "subject= names a field on a message")
+            if subject != cls.key and cls.columns[subject] is not str:
+                raise ProjectionDefinitionError(
+                    f"{where}[{col!r}] = {subject!r}: the subject column is "
+                    f"{cls.columns[subject].__name__}; it must be a str column (the person's id)")
+            if subject in declared:
+                raise ProjectionDefinitionError(
+                    f"{where}: {subject!r} is both a personal column and the data subject of "
+                    f"{col!r}; the subject's id stays readable (it finds the key): name an id "
+                    "column that is not personal")
+            for role in ("group_by", "order_by"):
+                if getattr(cls, role, None) == col:
+                    raise ProjectionDefinitionError(
+                        f"{where}: {col!r} is the {role} column of the category; groups and "
+                        "their order are stored in clear (they are the table's keys): group "
+                        "and order by an id or a date, not personal data")
 
     @classmethod
     def new_view(cls) -> dict[str, Any]:

@@ -23,8 +23,11 @@ from typing import Any, TypeVar
 
 import attrs
 
+from cqrs.personal.keys import KeyStore
+
 from projections.errors import GenerationError, PageTokenError, WaitTimeoutError
 from projections.model import CategoryProjection, Projection, find_projection
+from projections.personal import with_personal_columns
 from projections.store import ProjectionStore, table_base
 
 __all__ = ["Page", "ProjectionReader"]
@@ -62,11 +65,17 @@ class ProjectionReader:
     """Queries of an app's projections. Thread-safe; one per process is enough.
 
     ``generation_ttl``: seconds a looked-up current generation is reused before asking again.
+    Personal columns (``Projection.personal_columns``) are opened with ``key_store`` (default:
+    the app's own, ``app.key_store``; on the stack pass
+    ``cqrs.personal.key_store_for(cfg, app)``, or a store from
+    :func:`projections.personal.stack_store`): once their subject is forgotten they read as
+    ``FORGOTTEN``.
     """
 
-    def __init__(self, app: Any, store: ProjectionStore, *, generation_ttl: float = 1.0) -> None:
+    def __init__(self, app: Any, store: ProjectionStore, *, generation_ttl: float = 1.0,
+                 key_store: KeyStore | None = None) -> None:
         self.app = app
-        self.store = store
+        self.store = with_personal_columns(store, app, key_store)
         self.generation_ttl = generation_ttl
         self._generations: dict[str, tuple[float, int]] = {}
         self._lock = threading.Lock()

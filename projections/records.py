@@ -9,6 +9,11 @@ timestamp in Cassandra; the SQLite store compares them explicitly): for aggregat
 - un-parking after a dead-letter replay up to ``w`` is written at ``4 w + 1``, above any park
   at ``f <= w`` and below a later park at ``w + 1`` (``4 w + 2``).
 
+- forgetting a data subject rewrites the personal columns of a row at version ``v`` in
+  place at ``4 v + 3`` (:class:`CellsWrite`): above anything written for ``v`` (so a replay
+  of the write at ``4 v`` does not bring the sealed value back) and below the fold up to
+  ``v + 1`` (``4 v + 4``), which is newer data.
+
 Replaying any part of the log writes the same values at the same timestamps again: no change.
 
 Views of a re-keyed projection (:class:`projections.model.RekeyedProjection`) use the same
@@ -26,6 +31,7 @@ import attrs
 __all__ = [
     "CategoryRow",
     "CategoryWrite",
+    "CellsWrite",
     "DeadLetter",
     "EventRecord",
     "Generations",
@@ -34,6 +40,7 @@ __all__ = [
     "WriteMode",
     "event_record",
     "event_record_or_none",
+    "forget_timestamp",
     "park_timestamp",
     "unpark_timestamp",
     "write_timestamp",
@@ -52,6 +59,10 @@ def park_timestamp(failed_version: int) -> int:
 
 def unpark_timestamp(version: int) -> int:
     return 4 * version + 1
+
+
+def forget_timestamp(version: int) -> int:
+    return 4 * version + 3
 
 
 @attrs.frozen(slots=True)
@@ -142,6 +153,24 @@ class CategoryWrite:
     @property
     def timestamp(self) -> int:
         return write_timestamp(self.version)
+
+
+@attrs.frozen(slots=True)
+class CellsWrite:
+    """Some value columns of one stored row written again in place, the others untouched
+    (forgetting a data subject: their personal columns become the replacement). A view row
+    when ``group`` is None, else the category row ``(group, sort, key)``; ``version`` is the
+    row's stored version. A store never creates a row for it."""
+
+    key: str
+    version: int
+    values: dict[str, Any]
+    group: str | None = None
+    sort: Any = None
+
+    @property
+    def timestamp(self) -> int:
+        return forget_timestamp(self.version)
 
 
 @attrs.frozen(slots=True)

@@ -26,6 +26,7 @@ from cqrs.budget import Guard
 
 from projections.fold import AggregateFold, CategoryTrail, Decode
 from projections.model import DELETE, EventMeta, RekeyedProjection
+from projections.personal import check_personal_copies
 from projections.records import DeadLetter, EventRecord, StoredView, ViewWrite
 
 __all__ = ["Keyed", "fold_view", "group_by_view"]
@@ -104,6 +105,7 @@ def fold_view(projection: RekeyedProjection, key: str, stored: StoredView | None
             result = handler(work, event, _meta(rec))
             if result is not DELETE:
                 trail.check(work)
+                check_personal_copies(projection, event, work, key)
         except Exception as exc:  # the handler's bug: park the view, keep the fold before
             failed = version + 1
             out.dead = [DeadLetter(rec, "handler", f"{type(exc).__name__}: {exc}", failed),

@@ -17,7 +17,9 @@ from typing import Any
 
 from projections.errors import ProjectionStoreError
 from projections.model import CategoryProjection, Projection, RekeyedProjection
-from projections.records import CategoryRow, CategoryWrite, Generations, StoredView, ViewWrite
+from projections.records import (
+    CategoryRow, CategoryWrite, CellsWrite, Generations, StoredView, ViewWrite,
+)
 from projections.store import ProjectionStore, normalize_value, table_names
 
 __all__ = ["SqliteStore"]
@@ -185,6 +187,22 @@ class SqliteStore(ProjectionStore):
                          f"WHERE {_q(projection.key)} = ? AND _parked_ts < ?")
             self._many(marks_sql, [(v.parked_at if v.mode == "park" else None, v.timestamp, v.key,
                                     v.timestamp) for v in views if v.mode != "normal"])
+
+    def rewrite_cells(self, projection: Projection, base: str, generation: int,
+                      rows: Sequence[CellsWrite]) -> None:
+        vt, ct = table_names(base, generation)
+        for row in rows:
+            cols = list(row.values)
+            sets = "".join(f"{_q(c)} = ?, " for c in cols)
+            values = [_encode(projection.columns[c], row.values[c]) for c in cols]
+            if row.group is None:
+                self._many(f"UPDATE {_q(vt)} SET {sets}_ts = ? WHERE {_q(projection.key)} = ? "
+                           "AND _ts < ?", [(*values, row.timestamp, row.key, row.timestamp)])
+            elif isinstance(projection, CategoryProjection):
+                sort = _encode(projection.columns[projection.order_by], row.sort)
+                self._many(f"UPDATE {_q(ct)} SET {sets}_ts = ? WHERE grp = ? AND sort = ? AND "
+                           "aggregate_id = ? AND _ts < ?",
+                           [(*values, row.timestamp, row.group, sort, row.key, row.timestamp)])
 
     def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         if not rows:

@@ -17,7 +17,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from projections.model import CategoryProjection, Projection
-from projections.records import CategoryRow, CategoryWrite, Generations, StoredView, ViewWrite
+from projections.records import (
+    CategoryRow, CategoryWrite, CellsWrite, Generations, StoredView, ViewWrite,
+)
 
 __all__ = ["ProjectionStore", "normalize_value", "table_base", "table_names"]
 
@@ -96,6 +98,12 @@ class ProjectionStore(abc.ABC):
     def write(self, projection: Projection, base: str, generation: int,
               category: Sequence[CategoryWrite], views: Sequence[ViewWrite]) -> None:
         """Write category rows, then view rows (the view's version marks the work as done)."""
+
+    @abc.abstractmethod
+    def rewrite_cells(self, projection: Projection, base: str, generation: int,
+                      rows: Sequence[CellsWrite]) -> None:
+        """Write ``rows``' columns into their existing rows at their timestamp, other columns
+        untouched (forgetting a data subject); a newer write of a row wins, as always."""
 
     @abc.abstractmethod
     def trim(self, projection: CategoryProjection, base: str, generation: int,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from cqrs.config import CqrsConfig
 
@@ -13,10 +14,13 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     forget = commands.add_parser(
         "forget", help="forget a data subject: delete their key, so their personal fields "
         "read as their replacement everywhere",
-        description="Deletes the data subject's key from the app's key store (the table "
-        "cqrs_subject_keys of [cassandra] keyspace, wrapped by [personal_data] master_key); "
-        "every copy of their personal() fields, in every topic and table, then reads as the "
-        "field's replacement. Prints one line; exit 0 when the key was deleted and when there "
+        description="Records the request (table cqrs_forget_requests), deletes the data subject's key "
+        "from the app's key store (the table cqrs_subject_keys of [cassandra] keyspace, "
+        "wrapped by [personal_data] master_key), so every copy of their personal() fields, in "
+        "every topic and table, reads as the field's replacement, then rewrites their rows of "
+        "the read models with personal columns to the replacement, and marks the request "
+        "done; a run stopped at any point is finished by running it again. Prints a line per "
+        "step and a summary; exit 0 when the key was deleted and when there "
         "was none (forgotten before, or never seen: running it again is safe), 2 for bad "
         "input (an empty subject, an app without personal fields). Running processes that "
         "cached the key stop using it within [personal_data] key_cache_seconds. See "
@@ -27,12 +31,23 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     forget.set_defaults(run=_run_forget)
 
 
+def forget_steps(app: Any) -> list[Any]:
+    """What rewrites copies of personal data besides the key: the read models' step when a
+    projection of the app has personal columns (the CLI sees both sides)."""
+    if not any(getattr(p, "personal_columns", None) for p in app.projections):
+        return []
+    from projections.personal import forget_step
+
+    return [forget_step]
+
+
 def _run_forget(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     from cqrs.loading import load_app
-    from cqrs.personal.stack import check_subject_id, describe_forget, forget_subject
+    from cqrs.personal.stack import check_subject_id, describe_forget, forget
 
     check_subject_id(args.subject)  # before importing the app
     app = load_app(args.app)
-    forgotten = forget_subject(cfg, app, args.subject)
-    print(describe_forget(cfg, app, args.subject, forgotten))
+    outcome = forget(cfg, app, args.subject, steps=forget_steps(app),
+                     report=lambda line: print(f"  {line}", flush=True))
+    print(describe_forget(cfg, app, args.subject, outcome))
     return 0

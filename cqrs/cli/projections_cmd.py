@@ -110,6 +110,7 @@ def _run_dlq(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     from projections.apply import Target
     from projections.dlq import dead_letter_topic, read_dead_letters, replay_dead_letters
     from projections.model import select
+    from projections.personal import with_personal_columns
     from projections.store import table_base
     from projections.stores import open_store
 
@@ -154,7 +155,8 @@ def _run_dlq(cfg: CqrsConfig, args: argparse.Namespace) -> int:
             generation = store.generations(base).current
             if generation is None:
                 continue
-            report = replay_dead_letters(store, Target(p, base, generation), by_projection[p.name],
+            report = replay_dead_letters(with_personal_columns(store, app, key_store),
+                                         Target(p, base, generation), by_projection[p.name],
                                          decode)
             still += report.still_parked
             retrier = _retrier(cfg, app, p, generation, store)

@@ -114,6 +114,7 @@ def _run_send(cfg: CqrsConfig, args: argparse.Namespace) -> int:
 def _run_serve(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     import uvicorn
 
+    from cqrs.collector import freeze_loaded
     from cqrs.http import HttpContext, create_http_app
     from cqrs.loading import load_app, load_object
     from cqrs.personal.stack import require_master_key
@@ -131,9 +132,13 @@ def _run_serve(cfg: CqrsConfig, args: argparse.Namespace) -> int:
 
         probes.append(ProjectionProbe.for_app)
     ctx = HttpContext(app, cfg)
+    from cqrs.cli.forget_cmd import forget_steps
+
+    ctx.forget_steps = forget_steps(app)  # forgetting rewrites the read models too
     api = create_http_app(ctx, extra, status_probes=probes)
     host = args.host or cfg.client.http_host
     port = args.port if args.port is not None else cfg.client.http_port
     print(f"serving {app.name!r} on http://{host}:{port} (OpenAPI: /docs)", flush=True)
+    freeze_loaded()  # a full collection then walks what requests left, not the loaded modules
     uvicorn.run(api, host=host, port=port, log_level="warning")
     return 0

@@ -13,10 +13,11 @@ import binascii
 import datetime as _dt
 import decimal
 import enum
+import functools
 import json
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -205,11 +206,24 @@ def _value(node: Node, value: Any, path: str) -> Any:  # noqa: C901 - one branch
     return value
 
 
+_PLAIN: Final = frozenset({str, int, float, bool, type(None)})
+
+
+@functools.lru_cache(maxsize=1024)
+def _attrs_names(kind: type) -> tuple[str, ...] | None:
+    """The field names of an attrs class, None for any other type."""
+    return tuple(a.name for a in attrs.fields(kind)) if attrs.has(kind) else None
+
+
 def to_jsonable(value: Any) -> Any:
     """Plain JSON values for results, states and commands (ISO text for times, base64 for
     bytes, names for enums): the inverse of what :func:`command_from_json` reads."""
-    if attrs.has(type(value)):
-        return {a.name: to_jsonable(getattr(value, a.name)) for a in attrs.fields(type(value))}
+    kind = type(value)
+    if kind in _PLAIN:  # most values: first, without the checks below
+        return value
+    names = _attrs_names(kind)
+    if names is not None:
+        return {n: to_jsonable(getattr(value, n)) for n in names}
     if isinstance(value, (_dt.datetime, _dt.date)):
         return value.isoformat()
     if isinstance(value, (decimal.Decimal, uuid.UUID)):

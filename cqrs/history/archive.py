@@ -31,9 +31,9 @@ import attrs
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 from cqrs.history.columns import (
-    ENVELOPE_COLUMNS, aware_time, check_range, event_type_names, view_names, written_type_names,
+    ENVELOPE_COLUMNS, aware_time, check_range, event_type_names, view_names,
 )
-from cqrs.history.frames import LogSource, decode_rows, dedupe_rows
+from cqrs.history.frames import LogSource, log_events
 from cqrs.topics import AppTopics
 
 if TYPE_CHECKING:
@@ -174,10 +174,8 @@ def write_archive(spark: SparkSession, app: App | str, path: str, *,
     assert src.marks is not None
     say(f"reading {sum(h - lo for lo, h in src.marks.values()):,} records of {src.topic!r} "
         f"({len(src.marks)} partitions) for {len(names)} event types")
-    rows = dedupe_rows(src.rows(spark, written_types=written_type_names(src.app, names),
-                                since=since, until=until))
     day = F.expr("date_from_unix_date(CAST(floor(unix_micros(recorded_at) / 86400000000) AS INT))")
-    events = (decode_rows(rows, src.spec, names, flat=False, payload=True)
+    events = (log_events(spark, src, names, flat=False, since=since, until=until, payload=True)
               .withColumn("day", day).persist(StorageLevel.MEMORY_AND_DISK))
     timestamps = "spark.sql.parquet.outputTimestampType"
     before = spark.conf.get(timestamps, None)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -336,6 +336,14 @@ def _envelope_fields() -> list[pa.Field]:
     ]
 
 
+def _as_array(values: Any, kind: pa.DataType) -> pa.Array:
+    import pyarrow as pa
+
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values if values.type == kind else values.cast(kind)
+    return pa.array(values, type=kind)
+
+
 class EventLayout:
     """The columns of decoded events of some types of an app: the envelope, then
 
@@ -370,29 +378,44 @@ class EventLayout:
     def batch(self, events: Sequence[HistoryEvent],
               payloads: Sequence[bytes] | None = None) -> pa.RecordBatch:
         """Events of the layout's types (upcast to today's classes) as one record batch."""
+        envelope = {
+            "aggregate_type": [e.aggregate_type for e in events],
+            "aggregate_id": [e.aggregate_id for e in events],
+            "version": [e.version for e in events], "event_id": [e.event_id for e in events],
+            "timestamp": [e.timestamp for e in events],
+            "recorded_at": [e.recorded_at for e in events],
+            "command_id": [e.command_id for e in events],
+            "correlation_id": [e.correlation_id for e in events],
+            "causation_id": [e.causation_id for e in events],
+            "schema_type": [e.schema_type for e in events],
+            "schema_version": [e.schema_version for e in events],
+            "partition": [e.partition for e in events], "offset": [e.offset for e in events],
+        }
+        return self.batch_of(envelope, [e.event for e in events], payloads)
+
+    def batch_of(self, envelope: Mapping[str, Any], events: Sequence[Any],
+                 payloads: Sequence[bytes] | pa.Array | None = None) -> pa.RecordBatch:
+        """One record batch of ``events`` (instances of the layout's types, today's classes)
+        with ``envelope``: a list or an Arrow array per envelope column but ``event_type``
+        (the events' type names)."""
         import pyarrow as pa
 
         schema = self.schema()
-        types = [type_name(e.event) for e in events]
-        envelope = [
-            [e.aggregate_type for e in events], [e.aggregate_id for e in events],
-            [e.version for e in events], types, [e.event_id for e in events],
-            [e.timestamp for e in events], [e.recorded_at for e in events],
-            [e.command_id for e in events], [e.correlation_id for e in events],
-            [e.causation_id for e in events], [e.schema_type for e in events],
-            [e.schema_version for e in events], [e.partition for e in events],
-            [e.offset for e in events],
-        ]
-        arrays = [pa.array(v, type=f.type) for v, f in zip(envelope, schema, strict=False)]
+        types = [type_name(e) for e in events]
+        arrays = []
+        for f in schema:
+            if f.name == "event_type":
+                arrays.append(pa.array(types, type=f.type))
+            elif f.name in ENVELOPE_COLUMNS:
+                arrays.append(_as_array(envelope[f.name], f.type))
         if self.payload:
-            arrays.append(pa.array(list(payloads or ()), type=pa.binary()))
+            arrays.append(_as_array(payloads if payloads is not None else [], pa.binary()))
         if self.flat:
-            arrays += self._fields[self.names[0]].arrays([e.event for e in events])
+            arrays += self._fields[self.names[0]].arrays(events)
         else:
             for name in self.names:
                 arrays.append(self._fields[name].struct_array(
-                    [e.event if kind == name else None for e, kind in zip(events, types,
-                                                                          strict=True)]))
+                    [e if kind == name else None for e, kind in zip(events, types, strict=True)]))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

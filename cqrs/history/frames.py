@@ -42,10 +42,14 @@ if TYPE_CHECKING:
     from cqrs.app import App
     from cqrs.codec.registry import Codec
 
-__all__ = ["LogSource", "LogSpec", "decode_rows", "dedupe_rows", "log_stream", "log_table",
-           "log_views", "spec_codec", "state_of", "states_as_of"]
+__all__ = ["RECORD_COLUMNS", "LogSource", "LogSpec", "decode_records", "decode_rows",
+           "dedupe_records", "dedupe_rows", "log_events", "log_stream", "log_table", "log_views",
+           "spec_codec", "state_of", "states_as_of"]
 
 KEY_COLUMNS: Final = ("aggregate_type", "aggregate_id", "version")
+RECORD_COLUMNS: Final = ("key", "value", "headers", "partition", "offset", "timestamp")
+"""The columns of the events topic's records as Spark's Kafka source reads them that the log
+is made of."""
 
 
 # ---- where the log is, and what the executors need --------------------------------------------
@@ -54,13 +58,14 @@ KEY_COLUMNS: Final = ("aggregate_type", "aggregate_id", "version")
 @attrs.frozen
 class LogSpec:
     """What an executor needs to decode an app's log (pickled into Spark's tasks): the app by
-    reference, the configuration, and the schemas: the schemas topic's, or those an archive
-    keeps (their JSON)."""
+    reference, the configuration, and the writer schemas: their JSON (read by the driver from
+    the schemas topic when it opened a snapshot of the log, or kept by an archive), or ``None``:
+    each executor reads the schemas topic (a stream, which may meet schemas written later)."""
 
     cfg: CqrsConfig
     app_ref: str
     schemas_topic: str
-    archived_schemas: tuple[str, ...] | None = None
+    schemas: tuple[str, ...] | None = None
 
 
 _CODECS: dict[str, Any] = {}
@@ -86,9 +91,9 @@ def spec_codec(spec: LogSpec) -> Codec:
 def _store(spec: LogSpec) -> Any:
     from cqrs.codec.schema_store import InMemorySchemaStore
 
-    if spec.archived_schemas is not None:
+    if spec.schemas is not None:
         return InMemorySchemaStore({str(i).encode(): json.loads(s)
-                                    for i, s in enumerate(spec.archived_schemas)})
+                                    for i, s in enumerate(spec.schemas)})
     from cqrs.codec.kafka_schema_store import KafkaSchemaStore
 
     cfg = spec.cfg
@@ -109,10 +114,12 @@ class LogSource:
 
     @classmethod
     def open(cls, spark: SparkSession, app: App | str, *, cfg: CqrsConfig | None = None,
-             topics: AppTopics | None = None, source: str | None = None) -> LogSource:
+             topics: AppTopics | None = None, source: str | None = None,
+             live: bool = False) -> LogSource:
         """The log of ``app`` (an App or its ``module:attribute``): its events topic, or the
         archive at ``source``. Checks the app's classes read every stored schema
-        (:class:`~cqrs.codec.IncompatibleSchemaError` names what does not)."""
+        (:class:`~cqrs.codec.IncompatibleSchemaError` names what does not). ``live``: for a
+        stream, whose executors read the schemas topic themselves (schemas written later)."""
         from cqrs.codec.registry import check_compatibility
         from cqrs.loading import app_reference, load_app
 
@@ -141,6 +148,13 @@ class LogSource:
         store = _store(opened.spec)
         try:
             check_compatibility(store, the_app.codec_for(store, key_store=key_store))
+            if opened.spec.schemas is None and not live:
+                # the records of the snapshot were written after their schemas: the executors
+                # take these along, and open no schemas topic (a consumer each, seconds)
+                from cqrs.codec.schema import canonical_json
+
+                opened = attrs.evolve(opened, spec=attrs.evolve(
+                    opened.spec, schemas=tuple(canonical_json(s) for s in store.all().values())))
         finally:
             if hasattr(store, "close"):
                 store.close()
@@ -155,27 +169,39 @@ class LogSource:
         if self.path is not None:
             return _archive_rows(spark, self.path, written_types, aggregate_type, since, until,
                                  until_inclusive)
-        assert self.topic is not None and self.marks is not None
+        return _record_rows(self.records(spark, written_types=written_types,
+                                         aggregate_type=aggregate_type, since=since, until=until,
+                                         until_inclusive=until_inclusive))
+
+    def records(self, spark: SparkSession, *, written_types: Iterable[str] | None = None,
+                aggregate_type: str | None = None, since: _dt.datetime | None = None,
+                until: _dt.datetime | None = None, until_inclusive: bool = False) -> DataFrame:
+        """The events topic's records (:data:`RECORD_COLUMNS`, not decoded) that :meth:`rows`
+        makes rows of; the topic only (an archive keeps rows)."""
+        if self.topic is None or self.marks is None:
+            raise LogTableError(f"the log at {self.path} is an archive: it keeps history rows, "
+                                "not Kafka records (read it with rows())")
         frame = (spark.read.format("kafka").options(**self.spec.cfg.kafka.spark_options())
                  .option("subscribe", self.topic)
                  .option("startingOffsets", _offsets_json(self.topic, self.marks, 0))
                  .option("endingOffsets", _offsets_json(self.topic, self.marks, 1))
                  .option("includeHeaders", "true")
                  .load())
-        return _record_rows(frame, written_types, aggregate_type, since, until, until_inclusive)
+        return _filtered_records(frame, written_types, aggregate_type, since, until,
+                                 until_inclusive)
 
 
 def _offsets_json(topic: str, marks: dict[int, tuple[int, int]], which: int) -> str:
     return json.dumps({topic: {str(p): lh[which] for p, lh in marks.items()}})
 
 
-def _record_rows(frame: DataFrame, written_types: Iterable[str] | None,
-                 aggregate_type: str | None, since: _dt.datetime | None,
-                 until: _dt.datetime | None, until_inclusive: bool) -> DataFrame:
-    """Kafka records (batch or stream) -> history rows. The filters on the envelope run in the
-    JVM, on the records' headers and Kafka timestamp, so what is not asked for is never decoded."""
+def _filtered_records(frame: DataFrame, written_types: Iterable[str] | None,
+                      aggregate_type: str | None, since: _dt.datetime | None,
+                      until: _dt.datetime | None, until_inclusive: bool) -> DataFrame:
+    """Kafka records (batch or stream) of the types, aggregate type and time range asked for,
+    in :data:`RECORD_COLUMNS`. The filters run in the JVM, on the records' headers and Kafka
+    timestamp, so what is not asked for never reaches Python."""
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
 
     from cqrs.processor.job import header_expr
 
@@ -190,24 +216,154 @@ def _record_rows(frame: DataFrame, written_types: Iterable[str] | None,
     if until is not None:
         frame = frame.where(F.col("timestamp") <= F.lit(until) if until_inclusive
                             else F.col("timestamp") < F.lit(until))
-    return (frame.select("key", "value", "headers", "partition", "offset", "timestamp")
-            .mapInArrow(_records_to_rows, from_arrow_schema(row_schema())))
+    return frame.select(*RECORD_COLUMNS)
+
+
+def _record_rows(records: DataFrame) -> DataFrame:
+    """Kafka records (:data:`RECORD_COLUMNS`) -> history rows, in the executors."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return records.mapInArrow(_records_to_rows, from_arrow_schema(row_schema()))
 
 
 def _records_to_rows(batches: Iterator[Any]) -> Iterator[Any]:
-    """Kafka records -> history rows, by the history job's own function (records that are not
-    events, or not readable, are passed over as the history job passes them over)."""
+    for batch in batches:
+        yield rows_to_arrow(_history_rows(batch))
+
+
+def _history_rows(batch: Any) -> list[HistoryRow]:
+    """The history rows of a record batch of Kafka records, by the history job's own function
+    (records that are not events, or not readable, are passed over as the history job passes
+    them over). The headers are read from the batch's flat key and value arrays: a dict per
+    header (``to_pylist``) cost more than the rest of the row."""
     import pyarrow as pa
 
     from cqrs.history.job import HistoryRun
 
-    for batch in batches:
-        recorded_ms = [us // 1000 for us in batch.column("timestamp").cast(pa.int64()).to_pylist()]
-        records = list(zip(*(batch.column(n).to_pylist()
-                             for n in ("key", "value", "headers", "partition", "offset")),
-                           recorded_ms, strict=True))
-        rows, _ = HistoryRun.rows(records)
-        yield rows_to_arrow(rows)
+    column = batch.column("headers")
+    bounds = column.offsets.to_pylist()
+    flat = column.values
+    names, values = flat.field("key").to_pylist(), flat.field("value").to_pylist()
+    pairs = list(zip(names, values, strict=True))
+    valid = column.is_valid().to_pylist() if column.null_count else None
+    headers = [pairs[bounds[i]:bounds[i + 1]] if valid is None or valid[i] else None
+               for i in range(len(column))]
+    recorded_ms = [None if us is None else us // 1000
+                   for us in batch.column("timestamp").cast(pa.int64()).to_pylist()]
+    records = list(zip(batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+                       headers, batch.column("partition").to_pylist(),
+                       batch.column("offset").to_pylist(), recorded_ms, strict=True))
+    return HistoryRun.rows(records)[0]
+
+
+def dedupe_records(records: DataFrame) -> DataFrame:
+    """Kafka records (:data:`RECORD_COLUMNS`) ready for :func:`decode_records` to keep one per
+    aggregate type, aggregate id and version, the last written (what :func:`dedupe_rows` keeps,
+    and the history table): each partition sorted by those (headers and key) and offset, without
+    a shuffle, and the records without a key or version (not events) left out, as the history
+    job leaves them.
+
+    A record and its copies (a re-run batch writes the same events again) are in one partition
+    of the topic, which is keyed by aggregate id, and Spark's Kafka source reads a partition of
+    the topic as one task, so each task sees all the copies of its records; the copies end up
+    next to each other, and :func:`decode_records` keeps the last of each run."""
+    from pyspark.sql import functions as F
+
+    from cqrs.processor.job import header_expr
+
+    return (records.select(*RECORD_COLUMNS,
+                           F.expr(header_expr("cqrs.aggregate_type")).alias(_TYPE),
+                           F.expr(header_expr("cqrs.version")).cast("string").cast("long")
+                           .alias(_VERSION))
+            .where(F.col("key").isNotNull() & F.col(_VERSION).isNotNull())
+            .sortWithinPartitions(_TYPE, "key", _VERSION, "offset"))
+
+
+def decode_records(records: DataFrame, spec: LogSpec, names: tuple[str, ...], *, flat: bool,
+                   payload: bool = False) -> DataFrame:
+    """Kafka records (:data:`RECORD_COLUMNS`; or :func:`dedupe_records`' frame, whose runs of
+    copies give way to their last) -> events of ``names`` in the columns of an
+    :class:`~cqrs.history.columns.EventLayout`, in one pass in the executors: the envelope of
+    lean events column at a time (:mod:`cqrs.history.batches`), any other batch record by
+    record as :func:`decode_rows` reads rows."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from cqrs.loading import load_app
+
+    layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
+    return records.mapInArrow(_record_decoder(spec, names, flat, payload),
+                              from_arrow_schema(layout.schema()))
+
+
+_TYPE, _VERSION = "_cqrs_type", "_cqrs_version"
+
+
+def _record_decoder(spec: LogSpec, names: tuple[str, ...], flat: bool,
+                    payload: bool) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        from cqrs.collector import paused
+        from cqrs.loading import load_app
+
+        codec = spec_codec(spec)
+        layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
+        wanted = set(names)
+        held = None  # a deduplicated frame's last record, until the next batch shows its run ended
+        for batch in batches:
+            if _TYPE in batch.schema.names:
+                batch, held = _last_of_runs(held, batch)
+            if batch.num_rows:
+                with paused():  # tens of thousands of objects a batch, and no cycles
+                    out = _decode_records(batch, codec, layout, wanted)
+                yield out
+        if held is not None:
+            yield _decode_records(held, codec, layout, wanted)
+    return run
+
+
+def _last_of_runs(held: Any, batch: Any) -> tuple[Any, Any]:
+    """The records of ``held`` (a record, or None) and ``batch`` that are the last of their run
+    of copies, but the last record, which is held for the next batch."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if held is not None:
+        batch = pa.concat_batches([held, batch])
+    n = batch.num_rows
+    if n == 0:
+        return batch, None
+    same = None
+    for c in (_TYPE, "key", _VERSION):
+        column = batch.column(c)
+        eq = pc.fill_null(pc.equal(column.slice(0, n - 1), column.slice(1)), False)
+        same = eq if same is None else pc.and_(same, eq)
+    keep = pc.invert(same) if same is not None else pa.array([], pa.bool_())
+    return batch.slice(0, n - 1).filter(keep), batch.slice(n - 1, 1)
+
+
+def _decode_records(batch: Any, codec: Codec, layout: EventLayout, wanted: set[str]) -> Any:
+    """A batch of Kafka records -> the layout's batch of the events of ``wanted`` types."""
+    import pyarrow as pa
+
+    from cqrs.history.batches import lean_event_columns, writer_columns
+
+    columns = lean_event_columns(batch)
+    if columns is None:  # not all lean events: record by record
+        rows = _history_rows(batch)
+        events = [decode_row(codec, r) for r in rows]
+        keep = [i for i, e in enumerate(events) if type_name(e.event) in wanted]
+        return layout.batch([events[i] for i in keep],
+                            [rows[i].payload for i in keep] if layout.payload else None)
+    payloads = columns["payload"].to_pylist()
+    decoded = [codec.decode(p) for p in payloads]
+    keep = [i for i, e in enumerate(decoded) if type_name(e) in wanted]
+    kinds, versions = writer_columns(payloads, codec.writer_of)
+    if len(keep) < len(decoded):
+        taken = pa.array(keep, pa.int64())
+        columns = {k: v.take(taken) for k, v in columns.items()}
+        decoded = [decoded[i] for i in keep]
+        kinds, versions = [kinds[i] for i in keep], [versions[i] for i in keep]
+    columns["schema_type"], columns["schema_version"] = kinds, versions
+    return layout.batch_of(columns, decoded, columns["payload"] if layout.payload else None)
 
 
 def _archive_rows(spark: SparkSession, path: str, written_types: Iterable[str] | None,
@@ -256,23 +412,29 @@ def decode_rows(rows: DataFrame, spec: LogSpec, names: tuple[str, ...], *, flat:
     from cqrs.loading import load_app
 
     layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
-    return rows.mapInArrow(_decoder(spec, names, flat, payload), from_arrow_schema(layout.schema()))
+    return rows.mapInArrow(_decoder(spec, names, flat, payload, rows_from_arrow),
+                           from_arrow_schema(layout.schema()))
 
 
-def _decoder(spec: LogSpec, names: tuple[str, ...], flat: bool,
-             payload: bool) -> Callable[[Iterator[Any]], Iterator[Any]]:
+def _decoder(spec: LogSpec, names: tuple[str, ...], flat: bool, payload: bool,
+             rows_of: Callable[[Any], list[HistoryRow]]) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """Record batches -> the layout's batches: ``rows_of`` a batch, decoded by
+    :func:`~cqrs.history.rows.decode_row` (the reader's function)."""
     def run(batches: Iterator[Any]) -> Iterator[Any]:
+        from cqrs.collector import paused
         from cqrs.loading import load_app
 
         codec = spec_codec(spec)
         layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
         wanted = set(names)
         for batch in batches:
-            rows = rows_from_arrow(batch)
-            events = [decode_row(codec, r) for r in rows]
-            keep = [i for i, e in enumerate(events) if type_name(e.event) in wanted]
-            yield layout.batch([events[i] for i in keep],
-                               [rows[i].payload for i in keep] if payload else None)
+            with paused():  # tens of thousands of objects a batch, and no cycles
+                rows = rows_of(batch)
+                events = [decode_row(codec, r) for r in rows]
+                keep = [i for i, e in enumerate(events) if type_name(e.event) in wanted]
+                out = layout.batch([events[i] for i in keep],
+                                   [rows[i].payload for i in keep] if payload else None)
+            yield out
     return run
 
 
@@ -299,18 +461,30 @@ def log_table(spark: SparkSession, app: App | str, *,
     and before ``until``. ``source``: the folder of an archive (:func:`~cqrs.history.archive.
     write_archive`) instead of the events topic. ``dedupe`` (default): one row per aggregate and
     version (the copies a re-run batch wrote give way to the last one, as in the history table;
-    costs a shuffle). Events written by older classes show in today's shape (the app's
+    costs a sort of each topic partition, see :func:`dedupe_records`). Events written by older classes show in today's shape (the app's
     upcasters); ``schema_type`` and ``schema_version`` say what they were written with."""
     since, until = aware_time(since, "since"), aware_time(until, "until")
     check_range(since, until)
     src = LogSource.open(spark, app, cfg=cfg, topics=topics, source=source)
     names = event_type_names(src.app, event_types)
     flat = event_types is not None and len(names) == 1
-    rows = src.rows(spark, written_types=written_type_names(src.app, names), since=since,
-                    until=until)
-    if dedupe and source is None:  # an archive was written deduplicated
-        rows = dedupe_rows(rows)
-    return decode_rows(rows, src.spec, names, flat=flat)
+    return log_events(spark, src, names, flat=flat, since=since, until=until, dedupe=dedupe)
+
+
+def log_events(spark: SparkSession, src: LogSource, names: tuple[str, ...], *, flat: bool,
+               since: _dt.datetime | None = None, until: _dt.datetime | None = None,
+               dedupe: bool = True, payload: bool = False) -> DataFrame:
+    """The events of ``names`` of the log ``src`` in an :class:`EventLayout`'s columns: the
+    topic's records deduplicated (``dedupe``) and decoded in one pass, or an archive's rows
+    (written deduplicated) decoded."""
+    written = written_type_names(src.app, names)
+    if src.path is not None:
+        return decode_rows(src.rows(spark, written_types=written, since=since, until=until),
+                           src.spec, names, flat=flat, payload=payload)
+    records = src.records(spark, written_types=written, since=since, until=until)
+    if dedupe:
+        records = dedupe_records(records)
+    return decode_records(records, src.spec, names, flat=flat, payload=payload)
 
 
 def log_stream(spark: SparkSession, app: App | str, *,
@@ -322,7 +496,7 @@ def log_stream(spark: SparkSession, app: App | str, *,
     deduplicated: a copy written again by a re-run batch shows again (drop it by
     ``aggregate_type``, ``aggregate_id`` and ``version``, e.g. with
     ``dropDuplicatesWithinWatermark``)."""
-    src = LogSource.open(spark, app, cfg=cfg, topics=topics)
+    src = LogSource.open(spark, app, cfg=cfg, topics=topics, live=True)
     names = event_type_names(src.app, event_types)
     flat = event_types is not None and len(names) == 1
     reader = (spark.readStream.format("kafka").options(**src.spec.cfg.kafka.spark_options())
@@ -332,9 +506,9 @@ def log_stream(spark: SparkSession, app: App | str, *,
               .option("failOnDataLoss", "true"))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    rows = _record_rows(reader.load(), written_type_names(src.app, names), None, None, None,
-                        False)
-    return decode_rows(rows, src.spec, names, flat=flat)
+    records = _filtered_records(reader.load(), written_type_names(src.app, names), None, None,
+                                None, False)
+    return decode_records(records, src.spec, names, flat=flat)
 
 
 def log_views(spark: SparkSession, app: App | str, *, since: _dt.datetime | None = None,
@@ -351,10 +525,7 @@ def log_views(spark: SparkSession, app: App | str, *, since: _dt.datetime | None
     names = event_type_names(src.app, None)
 
     def frame(wanted: tuple[str, ...], flat: bool) -> DataFrame:
-        rows = src.rows(spark, written_types=written_type_names(src.app, wanted), since=since,
-                        until=until)
-        return decode_rows(rows if source is not None else dedupe_rows(rows), src.spec, wanted,
-                           flat=flat)
+        return log_events(spark, src, wanted, flat=flat, since=since, until=until)
 
     frame(names, False).select(*ENVELOPE_COLUMNS).createOrReplaceTempView(EVENTS_VIEW)
     views = {EVENTS_VIEW: "*"}

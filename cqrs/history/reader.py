@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
+from cqrs.collector import paused
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 from cqrs.history.rows import (
@@ -153,11 +154,12 @@ class HistoryReader:
         found_type = self._type_of(table, aggregate_id, aggregate_type)
         if found_type is None:
             return HistoryPage((), None)
-        rows = self._rows(table, found_type, aggregate_id, from_version, limit + 1)
-        more = len(rows) > limit
-        rows = rows[:limit]
-        return HistoryPage(tuple(decode_row(codec, r) for r in rows),
-                           rows[-1].version + 1 if more else None)
+        with paused():  # thousands of objects, no cycles: see cqrs.collector
+            rows = self._rows(table, found_type, aggregate_id, from_version, limit + 1)
+            more = len(rows) > limit
+            rows = rows[:limit]
+            return HistoryPage(tuple(decode_row(codec, r) for r in rows),
+                               rows[-1].version + 1 if more else None)
 
     def iter_events(self, aggregate_id: str, aggregate_type: str | None = None, *,
                     from_version: int = 1) -> Iterator[HistoryEvent]:
@@ -168,9 +170,10 @@ class HistoryReader:
             return
         version = from_version
         while True:
-            rows = self._rows(table, found_type, aggregate_id, version, _CHUNK)
-            for r in rows:
-                yield decode_row(codec, r)
+            with paused():
+                rows = self._rows(table, found_type, aggregate_id, version, _CHUNK)
+                events = [decode_row(codec, r) for r in rows]
+            yield from events
             if len(rows) < _CHUNK:
                 return
             version = rows[-1].version + 1
@@ -193,7 +196,11 @@ class HistoryReader:
         if found_type is None:
             return None
         cls = self.app.model.entry(found_type).aggregate_class
-        events = self.iter_events(aggregate_id, found_type)
+        with paused():
+            return self._fold(cls, self.iter_events(aggregate_id, found_type), version, at)
+
+    def _fold(self, cls: type, events: Iterator[HistoryEvent], version: int | None,
+              at: _dt.datetime | None) -> HistoricState | None:
         if version is not None:
             wanted = list(itertools.islice(events, max(version, 0) + 1))
         else:

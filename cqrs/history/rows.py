@@ -75,13 +75,16 @@ class HistoryRow:
         return bucket_of(self.version)
 
 
+_EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_UTC)
+
+
 def _micros(ts: _dt.datetime) -> int:
-    delta = ts.astimezone(_UTC) - _dt.datetime(1970, 1, 1, tzinfo=_UTC)
+    delta = ts.astimezone(_UTC) - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _from_micros(us: int) -> _dt.datetime:
-    return _dt.datetime(1970, 1, 1, tzinfo=_UTC) + _dt.timedelta(microseconds=us)
+    return _EPOCH + _dt.timedelta(microseconds=us)
 
 
 def row_from_record(key: bytes | None, value: bytes | None, headers: Headers | Iterable[Any] | None,

@@ -92,9 +92,9 @@ class CassandraHistoryTable:
         self._put = db.prepare(
             f"INSERT INTO {self.table} (app, bucket, {', '.join(_COLUMNS)}) VALUES "
             f"({', '.join('?' * (len(_COLUMNS) + 2))})", write=True)
-        self._get = db.prepare(
-            f"SELECT {', '.join(_COLUMNS)} FROM {self.table} WHERE app = ? AND aggregate_type = ? "
-            "AND aggregate_id = ? AND bucket = ? AND version >= ? LIMIT ?")
+        self._get = db.prepare(  # the partition's own columns are known: not read back
+            f"SELECT {', '.join(_COLUMNS[2:])} FROM {self.table} WHERE app = ? AND "
+            "aggregate_type = ? AND aggregate_id = ? AND bucket = ? AND version >= ? LIMIT ?")
 
     def write(self, rows: Sequence[HistoryRow]) -> None:
         """Write ``rows``: an unlogged batch per partition (split under Cassandra's batch size
@@ -128,9 +128,9 @@ class CassandraHistoryTable:
         stored_id, stored_bucket = partition_of(self.app, aggregate_type, aggregate_id, bucket)
         found = self.db.execute(self._get, (self.app, aggregate_type, stored_id, stored_bucket,
                                             from_version, limit))
-        return [HistoryRow(t, aggregate_id, v, eid, et, ts, rec, cid, corr, cause, bytes(p), part,
-                           off)
-                for (t, _, v, eid, et, ts, rec, cid, corr, cause, p, part, off) in found]
+        return [HistoryRow(aggregate_type, aggregate_id, v, eid, et, ts, rec, cid, corr, cause,
+                           p, part, off)
+                for (v, eid, et, ts, rec, cid, corr, cause, p, part, off) in found]
 
     def close(self) -> None:
         if self.owns_session:

@@ -11,6 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from cqrs.client.json_commands import to_jsonable
+from cqrs.collector import paused
 from cqrs.http.context import HttpContext
 
 __all__ = ["routes"]
@@ -95,10 +96,17 @@ def routes(ctx: HttpContext) -> APIRouter:
 
         if (bad := unknown_type(type)) is not None:
             return bad
-        page = await run_in_threadpool(lambda: ctx.history.events(
-            aggregate_id, type, from_version=from_version, limit=limit, page_token=page_token))
-        return {"aggregate_id": aggregate_id, "events": [event_json(e) for e in page.events],
-                "next_page_token": page.next_page_token}
+        def page_response() -> JSONResponse:
+            """Read, convert and render (plain JSON values already, as they are) in a worker
+            thread: ~10 ms of CPU for 1,000 events that would otherwise hold the event loop."""
+            page = ctx.history.events(aggregate_id, type, from_version=from_version, limit=limit,
+                                      page_token=page_token)
+            with paused():
+                return JSONResponse({"aggregate_id": aggregate_id,
+                                     "events": [event_json(e) for e in page.events],
+                                     "next_page_token": page.next_page_token})
+
+        return await run_in_threadpool(page_response)
 
     @router.get("/{aggregate_id}/deadlines",
                 summary="the deadlines an aggregate scheduled that have not fired, earliest first")

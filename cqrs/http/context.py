@@ -52,6 +52,9 @@ class HttpContext:
         self.app = app
         self.cfg = cfg
         self.recent = RecentCommands(recent_capacity)
+        # what forgetting a data subject rewrites besides deleting the key (the read models'
+        # step, set by `cqrs serve`, which sees the projections package)
+        self.forget_steps: list[Any] = []
         self._client = client
         self._states = states
         self._deadlines: Any = None

@@ -1,8 +1,9 @@
 """``/subjects/{subject}/forget``: forget a data subject (delete their key: crypto-shredding),
 as ``cqrs forget`` does.
 
-200 with ``{"app", "subject", "status", "message"}``, ``status`` ``"forgotten"`` (the key was
-deleted now) or ``"unknown"`` (there was none: forgotten before, or never seen), so a request
+200 with ``{"app", "subject", "status", "rows_rewritten", "message"}``, ``status``
+``"forgotten"`` (the key was deleted now, or by an interrupted forget this one finished) or
+``"unknown"`` (there was none: forgotten before, or never seen), so a request
 retried after a lost answer succeeds too; 404 ``NoPersonalDataError`` for an app without
 ``personal()`` fields; 422 ``InvalidSubjectError`` for an empty subject."""
 
@@ -27,12 +28,14 @@ def routes(ctx: HttpContext) -> APIRouter:
                  responses={404: {"description": "the app declares no personal() fields"},
                             422: {"description": "an empty subject"}})
     async def forget(subject: str) -> dict[str, Any]:
-        from cqrs.personal.stack import check_subject_id, describe_forget, forget_subject
+        from cqrs.personal.stack import check_subject_id, describe_forget, forget
 
         check_subject_id(subject)
-        forgotten = await run_in_threadpool(forget_subject, ctx.cfg, ctx.app, subject)
+        outcome = await run_in_threadpool(
+            lambda: forget(ctx.cfg, ctx.app, subject, steps=ctx.forget_steps))
         return {"app": ctx.app.name, "subject": subject,
-                "status": "forgotten" if forgotten else "unknown",
-                "message": describe_forget(ctx.cfg, ctx.app, subject, forgotten)}
+                "status": "forgotten" if outcome.forgotten else "unknown",
+                "rows_rewritten": outcome.rows_rewritten,
+                "message": describe_forget(ctx.cfg, ctx.app, subject, outcome)}
 
     return router

@@ -14,18 +14,20 @@ True
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from cqrs.config import CqrsConfig, cache_key
 from cqrs.errors import ConfigError, InvalidSubjectError, MissingMasterKeyError, NoPersonalDataError
 from cqrs.personal.cassandra_keys import open_key_store
+from cqrs.personal.forgetting import ForgetOutcome, ForgetStep, Report, run_forget
 from cqrs.personal.keys import KeyStore
 
 if TYPE_CHECKING:
     from cqrs.app import App
 
-__all__ = ["check_subject_id", "close_key_stores", "describe_forget", "forget_subject",
-           "key_store_for", "require_master_key"]
+__all__ = ["check_subject_id", "close_key_stores", "describe_forget", "forget", "forget_subject",
+           "keeps_personal_data", "key_store_for", "require_master_key"]
 
 _STORES: dict[str, KeyStore] = {}
 _LOCK = threading.Lock()
@@ -50,7 +52,7 @@ def key_store_for(cfg: CqrsConfig, app: App) -> KeyStore | None:
     before it starts (:func:`cqrs.processor.job.check_app_schemas`), so it fails there rather
     than in a task.
     """
-    if not app.personal_classes:
+    if not keeps_personal_data(app):
         return None
     if app.key_store is not None:
         return app.key_store
@@ -63,12 +65,20 @@ def key_store_for(cfg: CqrsConfig, app: App) -> KeyStore | None:
         return store
 
 
+def keeps_personal_data(app: App) -> bool:
+    """Whether ``app`` declares personal data: ``personal()`` fields on its messages or
+    aggregates, or personal columns on a projection (``personal_columns``, read without
+    importing the projections package)."""
+    return bool(app.personal_classes) or any(
+        getattr(p, "personal_columns", None) for p in getattr(app, "projections", ()))
+
+
 def require_master_key(cfg: CqrsConfig, app: App) -> None:
     """Refuse (:class:`~cqrs.errors.MissingMasterKeyError`, naming the app, ``[personal_data] master_key`` /
     ``CQRS_PERSONAL_DATA_MASTER_KEY`` and how to make one) a configuration without a valid
     master key for an app with personal fields that binds no key store of its own; connects
     to nothing (``cqrs serve`` checks it as it starts)."""
-    if not app.personal_classes or app.key_store is not None:
+    if not keeps_personal_data(app) or app.key_store is not None:
         return
     try:
         cfg.personal_data.master_key_bytes()
@@ -103,17 +113,28 @@ def check_subject_id(subject: object) -> str:
     return subject
 
 
-def forget_subject(cfg: CqrsConfig, app: App, subject: str) -> bool:
-    """Forget the data subject ``subject`` of ``app``: delete their key from the app's key
-    store (:func:`key_store_for`), so each of their personal fields, in every copy the log
-    made, reads as its replacement from now on. True when a key was deleted; False when there
-    was none (forgotten before, or never seen): forgetting again is harmless.
+def forget_subject(cfg: CqrsConfig, app: App, subject: str, *,
+                   steps: Sequence[ForgetStep] = (), report: Report = lambda _: None) -> bool:
+    """Forget the data subject ``subject`` of ``app``: record the request, delete their key
+    from the app's key store (:func:`key_store_for`), so each of their personal fields, in every
+    copy the log made, reads as its replacement from now on, run ``steps`` (what rewrites
+    copies readable without the key: the read models' is
+    :func:`projections.personal.forget_step`, which ``cqrs forget`` and the HTTP service pass),
+    and mark the request done (:mod:`cqrs.personal.forgetting`: a run stopped at any point is
+    finished by running it again). True when this run deleted a key; False when there was none
+    (forgotten before, or never seen): forgetting again is harmless.
 
     Processes that cached the key (a running processor, projector, client) stop using it
     within ``[personal_data] key_cache_seconds``; this process at once.
     Raises :class:`InvalidSubjectError` for an empty id and :class:`NoPersonalDataError` for an
     app without ``personal()`` fields.
     """
+    return forget(cfg, app, subject, steps=steps, report=report).deleted_now
+
+
+def forget(cfg: CqrsConfig, app: App, subject: str, *, steps: Sequence[ForgetStep] = (),
+           report: Report = lambda _: None) -> ForgetOutcome:
+    """:func:`forget_subject`, answering what the run did (:class:`ForgetOutcome`)."""
     check_subject_id(subject)
     store = key_store_for(cfg, app)
     if store is None:
@@ -121,17 +142,24 @@ def forget_subject(cfg: CqrsConfig, app: App, subject: str) -> bool:
             f"app {app.name!r} declares no personal() fields, so it keeps no data subjects' "
             f"keys and {subject!r} has nothing to forget there: is it the right app? (see "
             "docs/personal-data.md to declare personal data)")
-    return store.forget(subject)
+    return run_forget(cfg, app, subject, store, steps, report)
 
 
-def describe_forget(cfg: CqrsConfig, app: App, subject: str, forgotten: bool) -> str:
-    """One line saying what :func:`forget_subject` did (``forgotten``: its answer)."""
-    if forgotten:
+def describe_forget(cfg: CqrsConfig, app: App, subject: str, forgotten: bool | ForgetOutcome) -> str:
+    """One line saying what :func:`forget` did (``forgotten``: its outcome, or whether a key
+    was deleted)."""
+    outcome = forgotten if isinstance(forgotten, ForgetOutcome) else None
+    rows = (f"; {outcome.rows_rewritten} read-model row(s) rewritten"
+            if outcome is not None and outcome.rows_rewritten else "")
+    if outcome is not None and not outcome.deleted_now and outcome.forgotten:
+        return (f"finished forgetting data subject {subject!r} of app {app.name!r}: the run that "
+                f"stopped had deleted their key{rows}")
+    if outcome.deleted_now if outcome is not None else forgotten:
         return (f"forgot data subject {subject!r} of app {app.name!r}: their key is deleted, "
                 "their personal fields read as their replacement from now on (in processes that "
-                f"cached the key, within {cfg.personal_data.key_cache_seconds:g} s)")
+                f"cached the key, within {cfg.personal_data.key_cache_seconds:g} s){rows}")
     return (f"data subject {subject!r} of app {app.name!r} has no key: forgotten before, or "
-            "never seen; nothing to do")
+            f"never seen; nothing else to do{rows}")
 
 
 def _names(app: App) -> str:

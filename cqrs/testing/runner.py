@@ -34,7 +34,6 @@ is 0.
 from __future__ import annotations
 
 import datetime as _dt
-import gc
 import random
 import uuid
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ import attrs
 
 from cqrs.app import App
 from cqrs.client.encoding import encode_command
+from cqrs.collector import paused
 from cqrs.deadletters import DeadLetter, parse_dead_letter
 from cqrs.envelope import from_kafka
 from cqrs.history import HistoryReader, MemoryHistoryTable, rows_from_records
@@ -261,13 +261,8 @@ class LocalRunner:
 
         Without cycle collection meanwhile, as a serving task decides its slices (the collector's
         passes over the records kept so far cost ~10 % of a long run; nothing here makes cycles)."""
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with paused():
             self._run()
-        finally:
-            if collecting:
-                gc.enable()
 
     def _run(self) -> None:
         for _ in range(MAX_STEPS):

@@ -10,15 +10,20 @@ from typing import Any
 import attrs
 import pytest
 
+from cqrs.domain import FORGOTTEN
+from cqrs.errors import MissingKeyStoreError
+from cqrs.personal import SEALED_PREFIX, MemoryKeyStore
 from cqrs.testing.example import AccountClosed, AccountOpened, Deposited, Withdrawn
+from domain_examples.ticketing import TicketOrder, TicketOrderHandler, TicketOrderPlaced, TicketOrders
 from projections import (
     CategoryProjection, EventMeta, GenerationError, PageTokenError, Projection, ProjectionReader,
     WaitTimeoutError,
 )
-from projections.apply import Target
+from projections.apply import Target, apply_batch
 from projections.dlq import replay_dead_letters
 from projections.local import LocalProjector, records_for
 from projections.model import projections_of
+from projections.personal import forget_in_read_models, with_personal_columns
 from projections.records import CategoryWrite, Generations, ViewWrite
 from projections.sqlite_store import SqliteStore
 from projections.store import ProjectionStore, table_base
@@ -426,3 +431,122 @@ def test_a_failing_handler_parks_a_moving_item_until_replayed(store: ProjectionS
     assert list(store.scan_category(p, base, 1)) == list(clean.scan_category(p, base, 1))
     assert [(k, v.values, v.version, v.parked_at) for k, v in store.scan_views(p, base, 1)] == [
         (k, v.values, v.version, v.parked_at) for k, v in clean.scan_views(p, base, 1)]
+
+
+# --- personal columns (#26): sealed in every store, opened for readers, rewritten on forget ---
+
+class OrdersByCustomer(CategoryProjection):
+    """A category whose items carry the customer's name (personal, subject customer_id)."""
+
+    name = "orders_by_customer"
+    aggregate = TicketOrder
+    key = "order_id"
+    columns = {"customer_id": str, "customer_name": str, "placed_at": dt.datetime, "show": str}
+    personal_columns = {"customer_name": "customer_id"}
+    group_by = "customer_id"
+    order_by = "placed_at"
+
+    def on_placed(self, view: dict, event: TicketOrderPlaced, meta: EventMeta) -> None:
+        view.update(customer_id=event.customer_id, customer_name=event.customer_name,
+                    placed_at=meta.timestamp, show=event.show)
+
+
+PEOPLE = {"c-erin": ("Erin Quillfeather", "erin.q@example.com"),
+          "c-ann": ("Ann Marlowe", "ann.m@example.com")}
+
+
+def _ticket_app() -> Any:
+    from cqrs.app import App
+
+    app = App("contract-tickets", aggregates=[TicketOrder], handlers=[TicketOrderHandler],
+              projections=[TicketOrders, OrdersByCustomer])
+    app.use_key_store(MemoryKeyStore())
+    return app
+
+
+def _orders(app: Any) -> list[Any]:
+    return records_for(app, [(f"o-{c}-{i}", TicketOrderPlaced(c, name, mail, f"show {i}", 1))
+                             for i in range(2) for c, (name, mail) in PEOPLE.items()], start=T0)
+
+
+def _raw(store: ProjectionStore, app: Any, generation: int = 1) -> tuple[list[Any], list[Any]]:
+    """The rows as stored (``store`` not wrapped: nothing opened)."""
+    t, c = TicketOrders(), OrdersByCustomer()
+    return (list(store.scan_views(t, table_base(app.name, t.name), generation)),
+            list(store.scan_category(c, table_base(app.name, c.name), generation)))
+
+
+def _texts(rows: Any) -> str:
+    return repr(rows)
+
+
+def _anns(store: ProjectionStore, app: Any) -> tuple[list[Any], list[Any]]:
+    views, items = _raw(store, app)
+    return [v for v in views if "c-ann" in v[0]], [i for i in items if i[0] == "c-ann"]
+
+
+def test_personal_columns_are_sealed_in_the_store_and_opened_for_readers(
+        store: ProjectionStore) -> None:
+    app = _ticket_app()
+    LocalProjector(app, store).apply(_orders(app))
+    views, items = _raw(store, app)
+    assert len(views) == 4 and len(items) == 4
+    raw = _texts((views, items))
+    assert all(name not in raw and mail not in raw for name, mail in PEOPLE.values())
+    assert {v.values["customer_name"][:len(SEALED_PREFIX)] for _, v in views} == {SEALED_PREFIX}
+    reader = ProjectionReader(app, store)
+    assert reader.get("ticket_orders", "o-c-erin-0") == {
+        "order_id": "o-c-erin-0", "customer_id": "c-erin", "customer_name": "Erin Quillfeather",
+        "show": "show 0", "tickets": 1, "status": "placed"}
+    page = reader.category("orders_by_customer", "c-ann")
+    assert [(i["order_id"], i["customer_name"]) for i in page.items] == [
+        ("o-c-ann-1", "Ann Marlowe"), ("o-c-ann-0", "Ann Marlowe")]
+    # a reader without the key store refuses to guess
+    bare = App_without_keys(app)
+    with pytest.raises(MissingKeyStoreError, match="ticket_orders"):
+        ProjectionReader(bare, store).get("ticket_orders", "o-c-ann-0")
+
+
+def App_without_keys(app: Any) -> Any:  # noqa: N802 - reads as a constructor
+    from cqrs.app import App
+
+    return App(app.name, aggregates=[TicketOrder], handlers=[TicketOrderHandler],
+               projections=[TicketOrders, OrdersByCustomer])
+
+
+def test_forgetting_rewrites_the_subjects_rows_and_a_rebuild_equals_them(
+        store: ProjectionStore) -> None:
+    app = _ticket_app()
+    history = _orders(app)
+    local = LocalProjector(app, store)
+    local.apply(history)
+    ann_before = _anns(store, app)
+    reader = ProjectionReader(app, store)
+    assert app.key_store.forget("c-erin")
+    # readable as forgotten at once, before any row is rewritten
+    assert reader.get("ticket_orders", "o-c-erin-1")["customer_name"] == FORGOTTEN
+    done = forget_in_read_models(store, app, "c-erin", app.key_store)
+    assert [(d.projection, d.generation, d.rewritten) for d in done] == [
+        ("ticket_orders", 1, 2), ("orders_by_customer", 1, 4)]  # its views and items
+    views, items = _raw(store, app)
+    erin = [v.values for k, v in views if "c-erin" in k] + [
+        r.values for _, r in items if r.aggregate_id.startswith("o-c-erin")]
+    assert [v["customer_name"] for v in erin] == [FORGOTTEN] * 4  # not even the ciphertext
+    assert [v["show"] for v in erin[:2]] == ["show 0", "show 1"]  # the rest untouched
+    assert _anns(store, app) == ann_before
+    assert reader.get("ticket_orders", "o-c-ann-0")["customer_name"] == "Ann Marlowe"
+    assert [d.rewritten for d in forget_in_read_models(store, app, "c-erin", app.key_store)] == [0, 0]
+    local.apply(history)  # a replay of the log does not bring the ciphertext back
+    assert _raw(store, app) == (views, items)
+    # a rebuild (generation 2, the events read with the key store) equals the rewritten rows
+    for p in (TicketOrders(), OrdersByCustomer()):
+        base = table_base(app.name, p.name)
+        store.ensure_generation(p, base, 2)
+        apply_batch(with_personal_columns(store, app), Target(p, base, 2), history,
+                    app.codec.decode, lambda _: None)
+    assert _raw(store, app, 2) == (views, items)
+    # a later order of the forgotten customer gets a new key; forgetting again keeps it
+    local.apply(records_for(app, [("o-c-erin-9", TicketOrderPlaced(
+        "c-erin", "Erin Again", "e@x.org", "show 9", 1))], start=T0 + dt.timedelta(hours=1)))
+    assert [d.rewritten for d in forget_in_read_models(store, app, "c-erin", app.key_store)] == [0, 0]
+    assert reader.get("ticket_orders", "o-c-erin-9")["customer_name"] == "Erin Again"

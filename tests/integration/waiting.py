@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["wait_for"]
+__all__ = ["table_exists", "wait_for"]
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0,
@@ -20,3 +20,18 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0,
             return found
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{log()}")
+
+
+def table_exists(cfg: Any, table: str) -> bool:
+    """Whether ``table`` is in the schema of ``cfg``'s keyspace (read from ``system_schema``,
+    so without preparing a statement on a table another process may be creating)."""
+    from cassandra.cluster import Cluster
+
+    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port)
+    try:
+        rows = cluster.connect().execute(
+            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s AND "
+            "table_name = %s", (cfg.cassandra.keyspace, table))
+        return bool(list(rows))
+    finally:
+        cluster.shutdown()

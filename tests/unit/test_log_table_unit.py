@@ -22,7 +22,11 @@ from cqrs.history.columns import (
     ENVELOPE_COLUMNS, EventLayout, StateLayout, aware_time, check_range,
     event_type_names, rows_from_arrow, rows_to_arrow, view_names, written_type_names,
 )
-from cqrs.history.frames import state_of
+from cqrs.domain.messages import type_name
+from cqrs.history.batches import lean_event_columns
+from cqrs.history.frames import (
+    RECORD_COLUMNS, _decode_records, _history_rows, _last_of_runs, state_of,
+)
 from cqrs.loading import AppReferenceError, app_reference
 from cqrs.testing.example import Account, CloseAccount, Deposit, OpenAccount, Withdraw
 from cqrs.testing.example_app import app
@@ -160,6 +164,93 @@ def test_history_rows_go_through_arrow_unchanged(ann: LocalRunner) -> None:
     assert rows_from_arrow(batch) == rows
     assert rows_from_arrow(pa.Table.from_batches([batch])) == rows
     assert rows_from_arrow(rows_to_arrow([])) == []
+
+
+def _kafka_batch(records: list[Any]) -> pa.RecordBatch:
+    """Records as Spark's Kafka source hands them to mapInArrow (RECORD_COLUMNS)."""
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    return pa.RecordBatch.from_arrays([
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        pa.array([None if r.headers is None else [{"key": k, "value": v} for k, v in r.headers]
+                  for r in records], headers),
+        pa.array([r.partition for r in records], pa.int32()),
+        pa.array([r.offset for r in records], pa.int64()),
+        pa.array([r.timestamp_ms * 1000 for r in records], pa.timestamp("us", tz="UTC")),
+    ], names=list(RECORD_COLUMNS))
+
+
+def test_records_become_the_history_jobs_rows_in_the_dataframes_pass(ann: LocalRunner) -> None:
+    records = ann.event_records()
+    without = attrs.evolve(records[0], headers=None, offset=99)  # not an event: passed over
+    batch = _kafka_batch([*records, without])
+    assert _history_rows(batch) == rows_from_records(records)
+    # a slice (Arrow keeps the whole header array under it) reads the same rows
+    assert _history_rows(batch.slice(2, 3)) == rows_from_records(records[2:5])
+
+
+def _exact(records: list[Any], layout: EventLayout, codec: Any = None) -> list[dict[str, Any]]:
+    """The layout's rows of ``records`` read record by record (the history job's and reader's
+    functions)."""
+    from cqrs.history.job import HistoryRun
+
+    rows, _ = HistoryRun.rows([(r.key, r.value, r.headers, r.partition, r.offset, r.timestamp_ms)
+                               for r in records])  # unreadable ones passed over, as the job does
+    events = [decode_row(codec or app.codec, r) for r in rows]
+    return layout.batch([e for e in events if type_name(e.event) in layout.names]).to_pylist()
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_lean_events_read_column_at_a_time_as_record_by_record(ann: LocalRunner,
+                                                                flat: bool) -> None:
+    records = ann.event_records()
+    names = ("example.bank.Deposited",) if flat else event_type_names(app, None)
+    layout = EventLayout(app, names, flat=flat)
+    batch = _kafka_batch(records)
+    assert lean_event_columns(batch) is not None  # the column path is the one taken
+    got = _decode_records(batch, app.codec, layout, set(names)).to_pylist()
+    assert got == _exact(records, layout) and len(got) == (2 if flat else len(records))
+
+
+def test_a_batch_with_a_record_the_column_path_does_not_read_is_read_record_by_record(
+        ann: LocalRunner) -> None:
+    records = ann.event_records()
+    layout = EventLayout(app, event_type_names(app, None), flat=False)
+    first = records[0]
+    odd = [
+        attrs.evolve(first, headers=[*first.headers, ("cqrs.kind", b"event")]),  # not lean
+        attrs.evolve(first, headers=[(k, b"2026-03-01T09:00:00Z" if k == "cqrs.timestamp" else v)
+                                     for k, v in first.headers]),  # another spelling of a time
+        attrs.evolve(first, headers=[*first.headers, ("cqrs.command_id", b"twice")]),
+        attrs.evolve(first, headers=[(k, v) for k, v in first.headers
+                                     if k != "cqrs.timestamp"]),  # unreadable: passed over
+    ]
+    for record in odd:
+        batch = _kafka_batch([*records, record])
+        assert lean_event_columns(batch) is None
+        wanted = set(layout.names)
+        assert _decode_records(batch, app.codec, layout, wanted).to_pylist() == _exact(
+            [*records, record], layout)
+
+
+def test_copies_next_to_each_other_give_way_to_the_last_across_batches() -> None:
+    def batch(rows: list[tuple[str, str, int, int]]) -> pa.RecordBatch:
+        t, k, v, o = zip(*rows, strict=True) if rows else ((), (), (), ())
+        return pa.RecordBatch.from_arrays(
+            [pa.array(t, pa.string()), pa.array([x.encode() for x in k], pa.binary()),
+             pa.array(v, pa.int64()), pa.array(o, pa.int64())],
+            names=["_cqrs_type", "key", "_cqrs_version", "offset"])
+
+    batches = [batch([("A", "a", 1, 0), ("A", "a", 1, 5), ("A", "a", 2, 1)]),
+               batch([("A", "a", 2, 6), ("A", "b", 1, 2)]), batch([]),
+               batch([("A", "b", 1, 7)]), batch([("B", "b", 1, 3)])]
+    kept, held = [], None
+    for b in batches:
+        out, held = _last_of_runs(held, b)
+        kept += out.column("offset").to_pylist()
+    assert held is not None
+    kept += held.column("offset").to_pylist()
+    assert kept == [5, 6, 7, 3]
 
 
 def test_a_state_folds_the_dense_prefix_of_its_rows(ann: LocalRunner) -> None:

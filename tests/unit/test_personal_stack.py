@@ -194,25 +194,33 @@ def test_an_app_without_personal_fields_has_nobody_to_forget(opened: list[Any]) 
 
 
 @pytest.fixture
-def master_in_env(monkeypatch: pytest.MonkeyPatch, opened: list[Any]) -> list[Any]:
+def master_in_env(monkeypatch: pytest.MonkeyPatch, opened: list[Any],
+                  tmp_path: Any) -> list[Any]:
     monkeypatch.setenv("CQRS_PERSONAL_DATA_MASTER_KEY", MASTER)
     monkeypatch.delenv("CQRS_CONFIG", raising=False)
+    # the read models forget rewrites: an SQLite file, not the stack's Cassandra
+    monkeypatch.setenv("CQRS_PROJECTIONS_STORE", "sqlite")
+    monkeypatch.setenv("CQRS_PROJECTIONS_SQLITE_PATH", str(tmp_path / "views.sqlite"))
     return opened
 
 
-def test_cqrs_forget_says_what_it_did_in_one_line(
+def test_cqrs_forget_says_each_step_and_what_it_did(
         master_in_env: list[Any], capsys: pytest.CaptureFixture[str]) -> None:
     keys = key_store_for(load_config(), ticketing)
     assert keys is not None
     keys.get_or_create("c-erin")
     assert main(["forget", TICKETING, "c-erin"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("forgot data subject 'c-erin' of app 'ticketing': their key is "
-                          "deleted") and out.count("\n") == 1
+    steps, _, summary = capsys.readouterr().out.rstrip("\n").rpartition("\n")
+    assert steps.splitlines() == [
+        "  recorded the request (in this process's memory: the keys are not in Cassandra)",
+        "  key deleted"]  # the read model never ran: no generation to rewrite
+    assert summary.startswith("forgot data subject 'c-erin' of app 'ticketing': their key is "
+                              "deleted")
     assert main(["forget", TICKETING, "c-erin"]) == 0  # idempotent
     out = capsys.readouterr().out
-    assert out == ("data subject 'c-erin' of app 'ticketing' has no key: forgotten before, or "
-                   "never seen; nothing to do\n")
+    assert out.endswith("  no key to delete (forgotten before, or never seen)\n"
+                        "data subject 'c-erin' of app 'ticketing' has no key: forgotten before, "
+                        "or never seen; nothing else to do\n")
 
 
 @pytest.mark.parametrize(("argv", "says"), [
@@ -278,8 +286,9 @@ def test_http_forget_answers_200_both_times(opened: list[Any]) -> None:
     assert first.json()["status"] == "forgotten" and first.json()["subject"] == "c/erin 1"
     assert first.json()["message"].startswith("forgot data subject 'c/erin 1' of app 'ticketing'")
     assert again.json() == {"app": "ticketing", "subject": "c/erin 1", "status": "unknown",
+                            "rows_rewritten": 0,
                             "message": "data subject 'c/erin 1' of app 'ticketing' has no key: "
-                            "forgotten before, or never seen; nothing to do"}
+                            "forgotten before, or never seen; nothing else to do"}
     assert never.json()["status"] == "unknown"
     assert keys.get("c/erin 1") is None
 
@@ -311,3 +320,34 @@ def test_cqrs_serve_without_a_master_key_stops_as_it_starts(
     assert err.startswith("cqrs: error: app 'ticketing' has personal fields") and \
         err.count("\n") == 1
     assert opened == []  # checked without connecting
+
+
+def test_a_forget_stopped_after_deleting_the_key_is_finished_by_running_it_again() -> None:
+    from cqrs.personal.forgetting import run_forget
+    from cqrs.personal.stack import describe_forget
+
+    keys = MemoryKeyStore()
+    keys.get_or_create("c-kim")
+    calls: list[str] = []
+
+    def crashing(cfg: Any, app: Any, subject: str, store: Any, report: Any) -> int:
+        calls.append(subject)
+        if len(calls) == 1:
+            raise RuntimeError("killed while rewriting")
+        report("rewrote 2 rows")
+        return 2
+
+    with pytest.raises(RuntimeError, match="killed"):
+        run_forget(_cfg(), ticketing, "c-kim", keys, [crashing])
+    assert keys.get("c-kim") is None  # the key went before the crash
+    lines: list[str] = []
+    outcome = run_forget(_cfg(), ticketing, "c-kim", keys, [crashing], lines.append)
+    assert lines[0].startswith("resuming the forget of 'c-kim' requested at ")
+    assert lines[0].endswith("(it stopped after status 'key_deleted')")
+    assert lines[2:] == ["key deleted before, by the run that stopped", "rewrote 2 rows"]
+    assert (outcome.deleted_now, outcome.forgotten, outcome.rows_rewritten) == (False, True, 2)
+    assert describe_forget(_cfg(), ticketing, "c-kim", outcome) == (
+        "finished forgetting data subject 'c-kim' of app 'ticketing': the run that stopped had "
+        "deleted their key; 2 read-model row(s) rewritten")
+    again = run_forget(_cfg(), ticketing, "c-kim", keys, [crashing])  # done: nothing resumed
+    assert (again.resumed, again.forgotten, calls) == (None, False, ["c-kim"] * 3)
