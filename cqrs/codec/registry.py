@@ -291,6 +291,9 @@ class Codec:
         record = self._read(io.BytesIO(body), len(body), writer, None)
         name, version = writer.type_name, writer.version
         chain = [f"{name} v{version}"]
+        opened = self._open_before_upcasting(record, name, version)
+        if opened is not None:
+            record = opened
         while (up := self._upcasters.get((name, version))) is not None:
             try:
                 record = up(record)
@@ -318,7 +321,22 @@ class Codec:
             )
         obj = record_from_avro(reg.cls, record)
         sealer = self._sealers.get(reg.cls)
-        return obj if sealer is None else sealer.open(obj, writer.type_name)
+        if sealer is None or opened is not None:
+            return obj
+        return sealer.open(obj, writer.type_name)
+
+    def _open_before_upcasting(self, record: Any, name: str, version: int) -> Any:
+        """``record`` (written as ``name`` v``version``) with its personal values opened, when
+        upcasters will run on it and the class they lead to has personal fields; else None."""
+        if (name, version) not in self._upcasters or not self._sealers or not isinstance(
+                record, dict):
+            return None
+        target = (name, version)
+        while (up := self._upcasters.get(target)) is not None:
+            target = up.target
+        reg = self._by_name.get(target[0])
+        sealer = None if reg is None else self._sealers.get(reg.cls)
+        return None if sealer is None else sealer.open_record(record, name)
 
     # ---- personal data: what a batch's key look-up needs ----------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from cqrs.domain.personal import PersonalFields
-from cqrs.errors import EncodeError, MissingKeyStoreError
+from cqrs.errors import EncodeError, MissingKeyStoreError, TamperedDataError
 from cqrs.personal.cipher import open_text, parse_sealed, remember, seal_text
 from cqrs.personal.keys import KeyStore
 
@@ -120,6 +120,32 @@ class FieldSealer:
         :meth:`sealed_values`)."""
         values = self.sealed_values(obj)
         return obj if values is None else self.copy_with(obj, values)
+
+    def open_record(self, record: dict[str, Any], written_as: str) -> dict[str, Any]:
+        """An Avro record of an older version (as written under the type name ``written_as``,
+        before its upcasters run) with the sealed values of this class's personal fields
+        opened, or replaced when their key is gone: upcasters see the plaintext (or the
+        replacement), as appliers and handlers do. A field or subject the old record does not
+        have is left as it is (a field renamed by an upcaster is not supported)."""
+        opened: dict[str, Any] | None = None
+        subject = record.get(self.subject)
+        for name, replacement in self.fields:
+            value = record.get(name)
+            if type(value) is not str:
+                continue
+            sealed = parse_sealed(value, f"{written_as}.{name}")
+            if sealed is None:
+                continue
+            if not isinstance(subject, str) or not subject:
+                raise TamperedDataError(
+                    f"{written_as}.{name} is sealed but the record's {self.subject!r} (the data "
+                    f"subject) is {subject!r}: the record was changed after it was written")
+            key = self._keys().key_for(subject, sealed.key_id)
+            if opened is None:
+                opened = dict(record)
+            opened[name] = (replacement if key is None
+                            else open_text(key, sealed, subject, written_as, name))
+        return record if opened is None else opened
 
     def open(self, obj: Any, written_as: str | None = None) -> Any:
         """``obj`` (as decoded) with its sealed values opened, or replaced when their key is
