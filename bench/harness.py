@@ -29,7 +29,7 @@ from cqrs.topics import AppTopics, delete_topics, ensure_topics, list_topics, to
 
 __all__ = [
     "Encoded", "ResultWatcher", "announce", "command_id_header", "encode_all", "fresh_topics",
-    "latency_summary", "produce", "remove_fresh", "served_http", "timeout_for",
+    "latency_summary", "produce", "remove_fresh", "served_http", "settle", "timeout_for",
 ]
 
 COMMAND_ID_HEADER = "cqrs.command_id"
@@ -207,6 +207,30 @@ def latency_summary(rtt_s: Sequence[float]) -> dict[str, float]:
     ordered = sorted(rtt_s)
     return {"p50_s": statistics.median(ordered), "p99_s": ordered[max(0, int(len(ordered) * 0.99) - 1)],
             "max_s": ordered[-1]}
+
+
+def settle(busy_below: float = 0.25, window_s: float = 3.0, timeout_s: float = 180.0) -> float:
+    """Wait until the machine is quiet: the CPUs busy less than ``busy_below`` of a
+    ``window_s`` window (what the work before left running, such as Cassandra compacting a
+    million rows just written, would otherwise be measured with the next figure); at most
+    ``timeout_s``. Returns the seconds waited (printed when any)."""
+    def ticks() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # all, idle + iowait
+
+    started = time.monotonic()
+    while True:
+        total0, idle0 = ticks()
+        time.sleep(window_s)
+        total1, idle1 = ticks()
+        busy = 1 - (idle1 - idle0) / max(1, total1 - total0)
+        waited = time.monotonic() - started
+        if busy < busy_below or waited >= timeout_s:
+            if waited > window_s + 1:
+                print(f"(waited {waited:.0f}s for the machine to settle: {busy:.0%} busy)",
+                      flush=True)
+            return waited
 
 
 def announce(label: str) -> list[float]:
