@@ -19,6 +19,7 @@ DataFrame is what :class:`~cqrs.history.HistoryReader` answers for that event; c
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -43,10 +44,9 @@ if TYPE_CHECKING:
     from cqrs.codec.registry import Codec
 
 __all__ = ["RECORD_COLUMNS", "LogSource", "LogSpec", "decode_records", "decode_rows",
-           "dedupe_records", "dedupe_rows", "log_events", "log_stream", "log_table", "log_views",
-           "spec_codec", "state_of", "states_as_of"]
+           "dedupe_records", "log_events", "log_stream", "log_table", "log_views", "spec_codec",
+           "state_of", "states_as_of"]
 
-KEY_COLUMNS: Final = ("aggregate_type", "aggregate_id", "version")
 RECORD_COLUMNS: Final = ("key", "value", "headers", "partition", "offset", "timestamp")
 """The columns of the events topic's records as Spark's Kafka source reads them that the log
 is made of."""
@@ -258,8 +258,8 @@ def _history_rows(batch: Any) -> list[HistoryRow]:
 
 def dedupe_records(records: DataFrame) -> DataFrame:
     """Kafka records (:data:`RECORD_COLUMNS`) ready for :func:`decode_records` to keep one per
-    aggregate type, aggregate id and version, the last written (what :func:`dedupe_rows` keeps,
-    and the history table): each partition sorted by those (headers and key) and offset, without
+    aggregate type, aggregate id and version, the last written (what the history table keeps):
+    each partition sorted by those (headers and key) and offset, without
     a shuffle, and the records without a key or version (not events) left out, as the history
     job leaves them.
 
@@ -291,33 +291,11 @@ def decode_records(records: DataFrame, spec: LogSpec, names: tuple[str, ...], *,
     from cqrs.loading import load_app
 
     layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
-    return records.mapInArrow(_record_decoder(spec, names, flat, payload),
+    return records.mapInArrow(_decoder(spec, names, flat, payload, _decode_records),
                               from_arrow_schema(layout.schema()))
 
 
 _TYPE, _VERSION = "_cqrs_type", "_cqrs_version"
-
-
-def _record_decoder(spec: LogSpec, names: tuple[str, ...], flat: bool,
-                    payload: bool) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
-        from cqrs.collector import paused
-        from cqrs.loading import load_app
-
-        codec = spec_codec(spec)
-        layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
-        wanted = set(names)
-        held = None  # a deduplicated frame's last record, until the next batch shows its run ended
-        for batch in batches:
-            if _TYPE in batch.schema.names:
-                batch, held = _last_of_runs(held, batch)
-            if batch.num_rows:
-                with paused():  # tens of thousands of objects a batch, and no cycles
-                    out = _decode_records(batch, codec, layout, wanted)
-                yield out
-        if held is not None:
-            yield _decode_records(held, codec, layout, wanted)
-    return run
 
 
 def _last_of_runs(held: Any, batch: Any) -> tuple[Any, Any]:
@@ -348,11 +326,7 @@ def _decode_records(batch: Any, codec: Codec, layout: EventLayout, wanted: set[s
 
     columns = lean_event_columns(batch)
     if columns is None:  # not all lean events: record by record
-        rows = _history_rows(batch)
-        events = [decode_row(codec, r) for r in rows]
-        keep = [i for i, e in enumerate(events) if type_name(e.event) in wanted]
-        return layout.batch([events[i] for i in keep],
-                            [rows[i].payload for i in keep] if layout.payload else None)
+        return _decode_row_list(_history_rows(batch), codec, layout, wanted)
     payloads = columns["payload"].to_pylist()
     decoded = [codec.decode(p) for p in payloads]
     keep = [i for i, e in enumerate(decoded) if type_name(e) in wanted]
@@ -391,18 +365,6 @@ def _archive_rows(spark: SparkSession, path: str, written_types: Iterable[str] |
     return frame.select(*ROW_COLUMNS)
 
 
-def dedupe_rows(rows: DataFrame) -> DataFrame:
-    """One row per aggregate and version: the copies a re-run micro-batch wrote again (Spark's
-    Kafka sink is at-least-once; a copy holds the same event) give way to the last one written,
-    the one the history table keeps."""
-    from pyspark.sql import functions as F
-
-    rest = [c for c in ROW_COLUMNS if c not in KEY_COLUMNS]
-    return (rows.groupBy(*KEY_COLUMNS)
-            .agg(F.max_by(F.struct(*rest), F.struct("partition", "offset")).alias("_row"))
-            .select(*KEY_COLUMNS, "_row.*").select(*ROW_COLUMNS))
-
-
 def decode_rows(rows: DataFrame, spec: LogSpec, names: tuple[str, ...], *, flat: bool,
                 payload: bool = False) -> DataFrame:
     """History rows -> events of ``names`` in the columns of an
@@ -412,14 +374,31 @@ def decode_rows(rows: DataFrame, spec: LogSpec, names: tuple[str, ...], *, flat:
     from cqrs.loading import load_app
 
     layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
-    return rows.mapInArrow(_decoder(spec, names, flat, payload, rows_from_arrow),
+    return rows.mapInArrow(_decoder(spec, names, flat, payload, _decode_rows),
                            from_arrow_schema(layout.schema()))
 
 
+def _decode_rows(batch: Any, codec: Codec, layout: EventLayout, wanted: set[str]) -> Any:
+    """A batch of history rows -> the layout's batch of the events of ``wanted`` types."""
+    return _decode_row_list(rows_from_arrow(batch), codec, layout, wanted)
+
+
+def _decode_row_list(rows: list[HistoryRow], codec: Codec, layout: EventLayout,
+                     wanted: set[str]) -> Any:
+    """History rows, decoded by :func:`~cqrs.history.rows.decode_row` (the reader's function),
+    -> the layout's batch of the events of ``wanted`` types."""
+    events = [decode_row(codec, r) for r in rows]
+    keep = [i for i, e in enumerate(events) if type_name(e.event) in wanted]
+    return layout.batch([events[i] for i in keep],
+                        [rows[i].payload for i in keep] if layout.payload else None)
+
+
 def _decoder(spec: LogSpec, names: tuple[str, ...], flat: bool, payload: bool,
-             rows_of: Callable[[Any], list[HistoryRow]]) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """Record batches -> the layout's batches: ``rows_of`` a batch, decoded by
-    :func:`~cqrs.history.rows.decode_row` (the reader's function)."""
+             decode: Callable[[Any, Codec, EventLayout, set[str]], Any]
+             ) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The executors' function of a decoding ``mapInArrow``: each Arrow batch -> the layout's
+    batch, by ``decode``; a :func:`dedupe_records` frame's runs of copies give way to their last
+    first."""
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         from cqrs.collector import paused
         from cqrs.loading import load_app
@@ -427,14 +406,16 @@ def _decoder(spec: LogSpec, names: tuple[str, ...], flat: bool, payload: bool,
         codec = spec_codec(spec)
         layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
         wanted = set(names)
-        for batch in batches:
-            with paused():  # tens of thousands of objects a batch, and no cycles
-                rows = rows_of(batch)
-                events = [decode_row(codec, r) for r in rows]
-                keep = [i for i, e in enumerate(events) if type_name(e.event) in wanted]
-                out = layout.batch([events[i] for i in keep],
-                                   [rows[i].payload for i in keep] if payload else None)
-            yield out
+        held = None  # a deduplicated frame's last record, until the next batch shows its run ended
+        for batch in itertools.chain(batches, [None]):
+            if batch is None:  # the end: the record held is the last of its run
+                batch, held = held, None
+            elif _TYPE in batch.schema.names:
+                batch, held = _last_of_runs(held, batch)
+            if batch is not None and batch.num_rows:
+                with paused():  # tens of thousands of objects a batch, and no cycles
+                    out = decode(batch, codec, layout, wanted)
+                yield out
     return run
 
 
