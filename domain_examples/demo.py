@@ -167,6 +167,7 @@ class Demo:
                  f"{', '.join(r.status for r in results)}")
 
     def forget_a_customer(self, app: App) -> None:
+        from cqrs.personal import SEALED_PREFIX
         from cqrs.personal.stack import forget
         from domain_examples.ticketing import TicketOrders
         from projections.personal import forget_step, stack_store
@@ -196,7 +197,7 @@ class Demo:
                   raw.scan_views(TicketOrders(), base, generation) if v.values}
         self.say(f"  as stored in Cassandra: customer_name of tix-c-erin = "
                  f"{str(sealed.get('tix-c-erin'))[:40]}...")
-        self.check(all(str(s).startswith("cqrs-pd1:") for s in sealed.values()),
+        self.check(all(str(s).startswith(SEALED_PREFIX) for s in sealed.values()),
                    "Cassandra holds only ciphertext of the names")
         self.say("  $ cqrs forget domain_examples.ticketing:app c-erin")
         outcome = forget(self.cfg, app, "c-erin", steps=[forget_step],

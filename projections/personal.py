@@ -108,7 +108,7 @@ class _Columns:
                     f"{self.columns[column]!r} is {subject!r}: set the subject's id in the same "
                     "handler that sets the personal value (there is no key to seal it with)")
             key_ = self._keys().get_or_create(subject)
-            changes[column] = seal_text(key_, value, subject, self.type_name, column)
+            changes[column] = seal_text(key_, value, subject, column)
         return {**values, **changes} if changes else values
 
     def open(self, key: str, values: dict[str, Any] | None) -> dict[str, Any] | None:

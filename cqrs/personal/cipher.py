@@ -2,17 +2,23 @@
 
 A personal ``str`` field is written as the text
 
-    cqrs-pd1:<key id, 16 hex digits>:<base64url, unpadded, of nonce (12 bytes) + ciphertext + tag (16)>
+    cqrs-pd2:<key id, 16 hex digits>:<base64url, unpadded, of nonce (12 bytes) + ciphertext + tag (16)>
 
 AES-256-GCM with a synthetic 96-bit nonce: the first 12 bytes of HMAC-SHA256, under a key
 derived from the data key, of the associated data and the text (the SIV construction). Sealing
 the same value again gives the same bytes, so a batch the processor runs again after a crash
 writes byte-identical records, as it does for everything else; the price is that equal values
-of one field of one subject's messages of one type have equal ciphertexts (they are the same
-person's same value), while two different values get the same nonce with probability 2^-96.
-The associated data binds the ciphertext to the key id, the data subject, the message type and
-the field name, so a sealed text copied into another field, message type or person's message
-does not open (:class:`TamperedDataError`).
+of one field of one subject have equal ciphertexts (they are the same person's same value),
+while two different values get the same nonce with probability 2^-96. The associated data binds
+the ciphertext to the key id, the data subject and the field name, so a sealed text copied into
+another field or another person's message does not open (:class:`TamperedDataError`).
+
+The message type is not bound (format 2): a person's name is sealed once and the same text is
+written in every event, state and view that carries it under the same field name, so a
+command that copies it into one more message costs a dict look-up, not an encryption (see
+:func:`seal_text`). Format 1 (``cqrs-pd1:``, written by releases before 2026-11-26) also bound
+the message type; such values still open (:func:`open_text` takes the type they were written
+under).
 
 A data key is stored *wrapped* by the master key (AES-256-GCM as well, the subject and key id
 as associated data: a wrapped key moved to another subject's row does not unwrap).
@@ -33,17 +39,21 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from cqrs.errors import KeyStoreError, TamperedDataError
 
-__all__ = ["KEY_ID_BYTES", "SEALED_PREFIX", "MasterKey", "Sealed", "SubjectKey", "open_text",
-           "parse_sealed", "seal_text"]
+__all__ = ["KEY_ID_BYTES", "SEALED_PREFIX", "SEALED_PREFIXES", "MasterKey", "Sealed", "SubjectKey",
+           "is_sealed", "open_text", "parse_sealed", "seal_text"]
 
-SEALED_PREFIX = "cqrs-pd1:"
-"""How every sealed field value starts (format version 1)."""
+SEALED_PREFIX = "cqrs-pd2:"
+"""How every sealed field value written now starts (format version 2)."""
+
+SEALED_PREFIXES = ("cqrs-pd2:", "cqrs-pd1:")
+"""The prefixes of every format that still opens (2, and 1, which also bound the type)."""
 
 KEY_ID_BYTES = 8
 _KEY_BYTES = 32
 _NONCE_BYTES = 12
 _TAG_BYTES = 16
-_FIELD_AAD = b"cqrs-pd1\0"
+_FIELD_AAD_V1 = b"cqrs-pd1\0"
+_FIELD_AAD = b"cqrs-pd2\0"
 _WRAP_AAD = b"cqrs-key1\0"
 _WRAP_VERSION = b"\x01"
 _NONCE_LABEL = b"cqrs-pd1 synthetic nonce"
@@ -87,45 +97,63 @@ class SubjectKey:
 
 
 class Sealed:
-    """A sealed field value, parsed: the id of the key it needs and the nonce + ciphertext."""
+    """A sealed field value, parsed: the id of the key it needs, the nonce + ciphertext, and
+    the format it was written in (1 or 2)."""
 
-    __slots__ = ("blob", "key_id")
+    __slots__ = ("blob", "key_id", "version")
 
-    def __init__(self, key_id: bytes, blob: bytes) -> None:
+    def __init__(self, key_id: bytes, blob: bytes, version: int = 2) -> None:
         self.key_id = key_id
         self.blob = blob
+        self.version = version
 
 
-def _aad(key_id: bytes, subject: str, type_name: str, field: str) -> bytes:
-    # names are identifiers (no NUL) and the key id has a fixed length: the subject goes last,
-    # so any subject text is unambiguous
-    return b"".join((_FIELD_AAD, type_name.encode(), b"\0", field.encode(), b"\0", key_id,
+def _aad(key_id: bytes, subject: str, field: str) -> bytes:
+    # a field name is an identifier (no NUL) and the key id has a fixed length: the subject
+    # goes last, so any subject text is unambiguous
+    return b"".join((_FIELD_AAD, field.encode(), b"\0", key_id, subject.encode()))
+
+
+def _aad_v1(key_id: bytes, subject: str, type_name: str, field: str) -> bytes:
+    """Format 1's associated data, which bound the message type as well (opened, not written)."""
+    return b"".join((_FIELD_AAD_V1, type_name.encode(), b"\0", field.encode(), b"\0", key_id,
                      subject.encode()))
+
+
+def is_sealed(value: str) -> bool:
+    """Whether ``value`` starts like a sealed value of any format (it may still be malformed:
+    :func:`parse_sealed` says)."""
+    return value.startswith(SEALED_PREFIXES)
 
 
 SEALED_PER_KEY = 8
 """Sealed values each :class:`SubjectKey` remembers (a subject's few personal values, sealed
 again with every message that copies them, cost a dict look-up instead of an HMAC and an
-AES-GCM encryption). They go with the key object: when a key cache drops or reloads it, or
-the subject is forgotten."""
+AES-GCM encryption). They go with the key object: when a key cache drops it, or the subject is
+forgotten."""
 
 
-def seal_text(key: SubjectKey, text: str, subject: str, type_name: str, field: str) -> str:
+def seal_text(key: SubjectKey, text: str, subject: str, field: str) -> str:
     """``text`` encrypted with ``key``, as the self-describing text written in its place.
     Deterministic (a synthetic nonce): the same arguments give the same text, so the key keeps
-    its last :data:`SEALED_PER_KEY` results and answers those again without encrypting."""
+    its last :data:`SEALED_PER_KEY` results and answers those again without encrypting (the
+    message type is not bound: every message that copies a person's value under the same field
+    name gets the same text)."""
     memo = key._sealed  # noqa: SLF001 - the key's own
-    wanted = (text, field, type_name, subject)
+    wanted = (text, field, subject)
     found = memo.get(wanted)
     if found is not None:
-        return found
-    aad, plain = _aad(key.key_id, subject, type_name, field), text.encode()
+        return found  # type: ignore[no-any-return]
+    sealed = _seal(key, text.encode(), _aad(key.key_id, subject, field), SEALED_PREFIX)
+    remember(memo, wanted, sealed)
+    return sealed
+
+
+def _seal(key: SubjectKey, plain: bytes, aad: bytes, prefix: str) -> str:
     nonce = hmac.digest(key._nonce_key, aad + b"\0" + plain,  # noqa: SLF001
                         "sha256")[:_NONCE_BYTES]
     blob = nonce + key._aead.encrypt(nonce, plain, aad)  # noqa: SLF001
-    sealed = f"{SEALED_PREFIX}{key.key_id.hex()}:{base64.urlsafe_b64encode(blob).rstrip(b'=').decode()}"
-    remember(memo, wanted, sealed)
-    return sealed
+    return f"{prefix}{key.key_id.hex()}:{base64.urlsafe_b64encode(blob).rstrip(b'=').decode()}"
 
 
 def remember(memo: dict[Any, Any], wanted: Any, sealed: Any) -> None:
@@ -137,11 +165,15 @@ def remember(memo: dict[Any, Any], wanted: Any, sealed: Any) -> None:
 
 
 def parse_sealed(value: str, where: str) -> Sealed | None:
-    """The parts of a sealed value; None for a value that is not sealed (plain text written
-    before the field was declared personal). ``where`` names the field in errors."""
-    if not value.startswith(SEALED_PREFIX):
+    """The parts of a sealed value (either format); None for a value that is not sealed (plain
+    text written before the field was declared personal). ``where`` names the field in errors."""
+    if value.startswith(SEALED_PREFIX):
+        version = 2
+    elif value.startswith(SEALED_PREFIXES):
+        version = 1
+    else:
         return None
-    head, sep, body = value[len(SEALED_PREFIX):].partition(":")
+    head, sep, body = value[len(SEALED_PREFIX):].partition(":")  # the prefixes' length is one
     try:
         if not sep or len(head) != 2 * KEY_ID_BYTES:
             raise ValueError(value)
@@ -149,7 +181,7 @@ def parse_sealed(value: str, where: str) -> Sealed | None:
         blob = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
     except (ValueError, binascii.Error):
         raise TamperedDataError(
-            f"{where} starts like an encrypted personal value ({SEALED_PREFIX!r}) but is "
+            f"{where} starts like an encrypted personal value ({value[:len(SEALED_PREFIX)]!r}) but is "
             f"malformed ({value[:60]!r}...): the message was changed after it was written"
         ) from None
     if len(blob) < _NONCE_BYTES + _TAG_BYTES:
@@ -157,21 +189,23 @@ def parse_sealed(value: str, where: str) -> Sealed | None:
             f"{where}: the encrypted personal value is {len(blob)} bytes, shorter than a nonce "
             "and a tag: the message was changed after it was written"
         )
-    return Sealed(key_id, blob)
+    return Sealed(key_id, blob, version)
 
 
 def open_text(key: SubjectKey, sealed: Sealed, subject: str, type_name: str, field: str) -> str:
     """The text ``sealed`` holds (``key`` must be the key with its id), or
-    :class:`TamperedDataError` when it does not authenticate."""
+    :class:`TamperedDataError` when it does not authenticate. ``type_name``: the message type it
+    was written under (bound by format 1 only)."""
+    aad = (_aad(key.key_id, subject, field) if sealed.version == 2
+           else _aad_v1(key.key_id, subject, type_name, field))
     try:
         plain = key._aead.decrypt(  # noqa: SLF001
-            sealed.blob[:_NONCE_BYTES], sealed.blob[_NONCE_BYTES:],
-            _aad(key.key_id, subject, type_name, field))
+            sealed.blob[:_NONCE_BYTES], sealed.blob[_NONCE_BYTES:], aad)
     except InvalidTag:
         raise TamperedDataError(
             f"the encrypted value of {type_name}.{field} (data subject {subject!r}) does not "
             "authenticate with the subject's key: it was changed after it was written, or "
-            "copied from another field, message type or subject"
+            "copied from another field or subject"
         ) from None
     return plain.decode()
 

@@ -78,8 +78,8 @@ class FieldSealer:
         written: sealed, or as they are when None, empty or their replacement (which say
         nothing about the person and need no key); None when no value needs sealing (a new
         aggregate's state, before its subject is known, is such). Runs once per event and
-        state written: one key look-up, and values the key sealed lately for this type cost a
-        dict look-up (the key's memo, see seal_text; don't change what it returns)."""
+        state written: one key look-up, and values the key sealed lately (for any type with these
+        field names) cost a dict look-up (the key's memo, see seal_text; don't change what it returns)."""
         values = self._get(obj)
         plain = False
         for value, replacement in zip(values, self._replacements):
@@ -97,8 +97,10 @@ class FieldSealer:
         subject = self._subject(obj)
         key = (self.key_store if self.key_store is not None
                else self._keys()).get_or_create(subject)
-        memo, type_name = key._sealed, self.type_name  # noqa: SLF001 - the cipher's memo
-        wanted: tuple[Any, ...] | None = (values, type_name, subject)
+        memo = key._sealed  # noqa: SLF001 - the cipher's memo
+        # the type is not bound (see cqrs.personal.cipher): an event and the state that copy a
+        # person's values under the same field names share the entry
+        wanted: tuple[Any, ...] | None = (self.names, values, subject)
         try:
             found = memo.get(wanted)
         except TypeError:  # an unhashable value besides (an empty list...): not remembered
@@ -106,11 +108,12 @@ class FieldSealer:
         if found is not None:
             return found  # type: ignore[no-any-return]
         out = tuple(value if not value or value == replacement
-                    else seal_text(key, value, subject, type_name, name)
+                    else seal_text(key, value, subject, name)
                     for name, value, replacement in zip(self.names, values, self._replacements))
         if wanted is not None:
             remember(memo, wanted, out)
         return out
+
     def copy_with(self, obj: Any, values: tuple[Any, ...]) -> Any:
         """A copy of ``obj`` with its personal fields set to ``values`` (:meth:`sealed_values`)."""
         return self._copy(obj, dict(zip(self.names, values)))

@@ -126,9 +126,15 @@ class KeyCache(KeyStore):
         return found, missing
 
     def _keep(self, keys: dict[str, SubjectKey]) -> None:
+        """Cache ``keys`` (loaded now). A key loaded again unchanged keeps its cached object,
+        and with it the values it sealed lately (its memo, see cqrs.personal.cipher.seal_text)
+        and its prepared cipher: ``keys`` is updated to hold those objects."""
         now = self._clock()
         with self._lock:
             for s, key in keys.items():
+                entry = self._keys.get(s)
+                if entry is not None and entry[0] == key:
+                    key = keys[s] = entry[0]
                 self._keys[s] = (key, now)
                 self._keys.move_to_end(s)
             while len(self._keys) > self.size:

@@ -29,6 +29,7 @@ from typing import Any
 from cqrs.client import CommandClient, StateReader
 from cqrs.domain import FORGOTTEN
 from cqrs.kafka_io import make_consumer, read_to_end
+from cqrs.personal import SEALED_PREFIX
 from cqrs.personal.forgetting import FORGET_TABLE, PAUSE_ENV
 from domain_examples.ticketing import PlaceTicketOrder, TicketOrders, app
 from projections.personal import stack_store
@@ -136,7 +137,7 @@ def test_no_byte_of_the_stack_holds_personal_data_and_a_killed_forget_completes(
                              "WHERE subject = %s", (subject,)).one()
     assert tuple(status) == ("key_deleted", True)
     raw = dict(_raw_views(1, running))
-    assert raw[f"order-{subject}"].values["customer_name"].startswith("cqrs-pd1:")  # not yet
+    assert raw[f"order-{subject}"].values["customer_name"].startswith(SEALED_PREFIX)  # not yet
 
     again = running.cli("forget", APP_REF, subject)
     assert (again.returncode, again.stderr) == (0, ""), again

@@ -217,16 +217,15 @@ def test_bad_arguments_are_refused_early() -> None:
 
 def test_seal_and_open_round_trip_with_a_self_describing_text() -> None:
     key = SubjectKey.new()
-    text = seal_text(key, "ann@example.com", "c-1", "shop.CustomerRegistered", "email")
+    text = seal_text(key, "ann@example.com", "c-1", "email")
     assert text.startswith(f"{SEALED_PREFIX}{key.key_id.hex()}:")
     assert "ann" not in text
     # sealed again, the same bytes (a re-run batch writes byte-identical records); another
     # value, another key or another place, other bytes
-    assert text == seal_text(key, "ann@example.com", "c-1", "shop.CustomerRegistered", "email")
-    assert len({text, seal_text(key, "ann@example.org", "c-1", "shop.CustomerRegistered", "email"),
-                seal_text(SubjectKey.new(), "ann@example.com", "c-1", "shop.CustomerRegistered",
-                          "email"),
-                seal_text(key, "ann@example.com", "c-1", "shop.CustomerRegistered", "nickname")}) == 4
+    assert text == seal_text(key, "ann@example.com", "c-1", "email")
+    assert len({text, seal_text(key, "ann@example.org", "c-1", "email"),
+                seal_text(SubjectKey.new(), "ann@example.com", "c-1", "email"),
+                seal_text(key, "ann@example.com", "c-1", "nickname")}) == 4
     sealed = parse_sealed(text, "here")
     assert sealed is not None and sealed.key_id == key.key_id
     assert open_text(key, sealed, "c-1", "shop.CustomerRegistered", "email") == "ann@example.com"
@@ -235,20 +234,36 @@ def test_seal_and_open_round_trip_with_a_self_describing_text() -> None:
 
 @pytest.mark.parametrize("where", [
     ("c-2", "shop.CustomerRegistered", "email"),      # another subject
-    ("c-1", "shop.Other", "email"),                   # another message type
     ("c-1", "shop.CustomerRegistered", "nickname"),   # another field
 ])
 def test_a_sealed_text_opens_only_where_it_was_written(where: tuple[str, str, str]) -> None:
     key = SubjectKey.new()
-    sealed = parse_sealed(seal_text(key, "x", "c-1", "shop.CustomerRegistered", "email"), "f")
-    assert sealed is not None
+    text = seal_text(key, "x", "c-1", "email")
+    sealed = parse_sealed(text, "f")
+    assert sealed is not None and sealed.version == 2
     with pytest.raises(TamperedDataError, match="does not authenticate"):
         open_text(key, sealed, *where)
+    # the message type is not bound: the person's e-mail is the same text in every message
+    assert open_text(key, sealed, "c-1", "shop.Other", "email") == "x"
+
+
+def test_format_1_values_still_open_bound_to_their_message_type() -> None:
+    from cqrs.personal import cipher
+
+    key = SubjectKey.new()
+    aad = cipher._aad_v1(key.key_id, "c-1", "shop.CustomerRegistered", "email")  # noqa: SLF001
+    text = cipher._seal(key, b"ann@example.com", aad, "cqrs-pd1:")  # noqa: SLF001
+    sealed = parse_sealed(text, "f")
+    assert sealed is not None and sealed.version == 1 and cipher.is_sealed(text)
+    assert open_text(key, sealed, "c-1", "shop.CustomerRegistered", "email") == "ann@example.com"
+    for where in (("c-1", "shop.Other", "email"), ("c-2", "shop.CustomerRegistered", "email")):
+        with pytest.raises(TamperedDataError, match="does not authenticate"):
+            open_text(key, sealed, *where)
 
 
 def test_a_changed_byte_is_detected() -> None:
     key = SubjectKey.new()
-    text = seal_text(key, "ann@example.com", "c-1", "T", "f")
+    text = seal_text(key, "ann@example.com", "c-1", "f")
     head, body = text.rsplit(":", 1)
     flipped = body[:-3] + ("A" if body[-3] != "A" else "B") + body[-2:]
     sealed = parse_sealed(f"{head}:{flipped}", "T.f")
@@ -383,14 +398,14 @@ def test_sealing_the_same_value_again_is_remembered_by_the_key() -> None:
     from cqrs.personal.cipher import SEALED_PER_KEY, SubjectKey, open_text, parse_sealed, seal_text
 
     key = SubjectKey.new()
-    first = seal_text(key, "Ann", "c-1", "shop.Customer", "name")
-    assert seal_text(key, "Ann", "c-1", "shop.Customer", "name") is first  # not sealed again
-    assert seal_text(key, "Ann", "c-1", "shop.Customer", "email") != first  # bound to the field
+    first = seal_text(key, "Ann", "c-1", "name")
+    assert seal_text(key, "Ann", "c-1", "name") is first  # not sealed again
+    assert seal_text(key, "Ann", "c-1", "email") != first  # bound to the field
     for n in range(2 * SEALED_PER_KEY):
-        sealed = seal_text(key, f"v{n}", "c-1", "shop.Customer", "name")
+        sealed = seal_text(key, f"v{n}", "c-1", "name")
         assert open_text(key, parse_sealed(sealed, "x"), "c-1", "shop.Customer", "name") == f"v{n}"
     assert len(key._sealed) == SEALED_PER_KEY  # noqa: SLF001 - bounded
-    again = seal_text(key, "Ann", "c-1", "shop.Customer", "name")  # forgotten by the memo:
+    again = seal_text(key, "Ann", "c-1", "name")  # forgotten by the memo:
     assert again == first and again is not first  # sealed again, to the same text
 
 
