@@ -305,7 +305,10 @@ class CategoryProjection(Projection):
                     f"{where}.{attr} = {col!r}: name one of the columns {sorted(cls.columns)}"
                 )
         if cls.columns[cls.group_by] is not str:
-            raise ProjectionDefinitionError(f"{where}.group_by column {cls.group_by!r} must be str")
+            raise ProjectionDefinitionError(
+                f"{where}.group_by column {cls.group_by!r} is "
+                f"{getattr(cls.columns[cls.group_by], '__name__', cls.columns[cls.group_by])}; a "
+                "group is named by a str column: store the value's text (a date's isoformat())")
         if not isinstance(cls.keep, int) or cls.keep < 1:
             raise ProjectionDefinitionError(f"{where}.keep = {cls.keep!r}: use a positive int")
 
