@@ -34,3 +34,20 @@ def test_a_long_memory_is_remembered_as_the_full_trim_does(
     record = AggregateRecord.of(3, False, b"s", old)
     fast = record.remember(4, False, b"t", new, window_ms, max_count)
     assert fast == record._remember_trimmed(4, False, b"t", new, window_ms, max_count)  # noqa: SLF001
+
+
+@given(seen_commands, st.lists(seen_commands, max_size=6), st.integers(0, 12_000),
+       st.integers(0, 14))
+def test_a_chain_of_remembers_keeps_its_bounds_as_the_full_trim_does(
+        old: list[SeenCommand], batches: list[list[SeenCommand]], window_ms: int,
+        max_count: int) -> None:
+    """Each record remember makes carries its times' bounds to the next (not stored): a chain
+    of steps agrees with the full trim at every link, and the bounds with the times."""
+    fast = slow = AggregateRecord.of(3, False, b"s", old)
+    for n, new in enumerate(batches):
+        fast = fast.remember(4 + n, False, b"t", new, window_ms, max_count)
+        slow = slow._remember_trimmed(4 + n, False, b"t", new, window_ms, max_count)  # noqa: SLF001
+        assert fast == slow
+        times = [s.timestamp_ms for s in fast.seen]
+        if times:
+            assert fast.time_bounds() == (min(times), max(times))
