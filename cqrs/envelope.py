@@ -319,6 +319,9 @@ def _derived_event_fields(envelope: Envelope) -> set[str]:
 _MESSAGE_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {}
 _AGGREGATE_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {}
 _UTC: Final = _dt.timezone.utc
+# the last UTC time an event header was made for, and the header (UTC: one text per instant)
+_LAST_TIME_HEADER: tuple[_dt.datetime, tuple[str, bytes]] = (
+    _dt.datetime(1970, 1, 1, tzinfo=_UTC), ("cqrs.timestamp", b"1970-01-01T00:00:00.000000+00:00"))
 
 
 def event_to_kafka(e: NewEvent, payload: bytes) -> tuple[bytes, bytes, Headers]:
@@ -331,13 +334,21 @@ def event_to_kafka(e: NewEvent, payload: bytes) -> tuple[bytes, bytes, Headers]:
     if aggregate_header is None:
         aggregate_header = _AGGREGATE_TYPE_HEADERS[e.aggregate_type] = (
             "cqrs.aggregate_type", e.aggregate_type.encode())
+    global _LAST_TIME_HEADER
     ts = e.timestamp
+    last = _LAST_TIME_HEADER
+    if ts.tzinfo is _UTC and ts == last[0]:  # the events of one command share its time
+        time_header = last[1]
+    elif ts.tzinfo is _UTC:
+        time_header = ("cqrs.timestamp", ts.isoformat(timespec="microseconds").encode())
+        _LAST_TIME_HEADER = (ts, time_header)  # replaced whole: safe for threads
+    else:
+        time_header = ("cqrs.timestamp", _timestamp_text(ts).encode())
     command_id = e.causation_id
     headers = [
         type_header,
         aggregate_header,
-        ("cqrs.timestamp", (ts.isoformat(timespec="microseconds") if ts.tzinfo is _UTC
-                            else _timestamp_text(ts)).encode()),
+        time_header,
         ("cqrs.version", str(e.version).encode()),
         ("cqrs.command_id", command_id.encode()),
     ]

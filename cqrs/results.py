@@ -110,17 +110,28 @@ _COMPACT_MARK: Final = b"\x01"  # an encoded result starts with C3 01 (single-ob
 _COMPACT: Final = struct.Struct("<qIiqq")
 _EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _MICRO: Final = _dt.timedelta(microseconds=1)
+_UTC: Final = _dt.timezone.utc
+_LAST_TIME: tuple[_dt.datetime, int, int] = (_EPOCH, 0, 0)  # a UTC time, its micros and ms
 
 
 def seen_command(result: CommandResult, encoded: bytes) -> SeenCommand:
     """What the dedup memory keeps of an answer (``encoded``: ``result``'s bytes)."""
+    global _LAST_TIME
     ts = result.timestamp
-    ms = int(ts.timestamp() * 1000)
+    last = _LAST_TIME
+    if ts.tzinfo is _UTC and ts == last[0]:  # the in-process runner's clock stands still
+        micros, ms = last[1], last[2]
+    else:
+        micros = (ts - _EPOCH) // _MICRO
+        # as int(ts.timestamp() * 1000), which divides the same micros by 10**6 (true division)
+        ms = int(micros / 1_000_000 * 1000)
+        if ts.tzinfo is _UTC:
+            _LAST_TIME = (ts, micros, ms)
     if (result.status == ACCEPTED and result.reason is None and result.code is None
             and result.error_type is None and result.message is None):
         return SeenCommand(result.command_id, ms, _COMPACT_MARK + _COMPACT.pack(
             result.version, len(result.event_ids), result.source_partition,
-            result.source_offset, (ts - _EPOCH) // _MICRO))
+            result.source_offset, micros))
     return SeenCommand(result.command_id, ms, encoded)
 
 
