@@ -46,6 +46,7 @@ from cqrs.errors import MalformedHeaderError, MissingHeaderError
 
 __all__ = [
     "COMMAND_RECORD_PREFIX",
+    "command_value",
     "MAX_AGGREGATE_ID_BYTES",
     "MAX_STATE_KEY_BYTES",
     "CONTENT_TYPE",
@@ -193,6 +194,30 @@ _write_command = record_writer(CommandRecord, _COMMAND_SCHEMA, COMMAND_RECORD_PR
 _read_command = record_reader(CommandRecord, _COMMAND_SCHEMA)
 assert _write_command is not None and _read_command is not None, "CommandRecord codec not generated"
 _PREFIX_SIZE: Final = len(COMMAND_RECORD_PREFIX)
+# the same bytes from the fields' values, in CommandRecord's order: no record object to build
+_write_command_values = record_writer(CommandRecord, _COMMAND_SCHEMA, COMMAND_RECORD_PREFIX,
+                                      tuple(f.name for f in attrs.fields(CommandRecord)))
+
+
+def command_value(command_id: str, message_type: str, aggregate_type: str,
+                  timestamp: _dt.datetime, payload: bytes, expected_version: int | None = None,
+                  correlation_id: str | None = None, causation_id: str | None = None,
+                  reply_partition: int | None = None) -> bytes:
+    """The value of a command's record: ``to_kafka(envelope, payload)[1]`` for the envelope of
+    :meth:`Envelope.for_command` with these fields (``correlation_id`` as the envelope holds it:
+    already defaulted to the command id), the same bytes and checks without building the
+    envelope and the record (~2 us a command, every sender)."""
+    _check_aware(timestamp)  # the same check (and error) as the header form
+    if _write_command_values is not None:
+        try:
+            return _write_command_values(None, (  # type: ignore[no-any-return]
+                command_id, message_type, aggregate_type, timestamp, bytes(payload),
+                expected_version, correlation_id, causation_id, reply_partition))
+        except Exception:  # noqa: BLE001, S110 - a value of the wrong type: the checked path
+            pass  # below names it
+    return _command_value(Envelope(
+        command_id, message_type, "command", aggregate_type, "", timestamp, None,
+        expected_version, command_id, correlation_id, causation_id, reply_partition), payload)
 
 
 def _command_value(envelope: Envelope, payload: bytes) -> bytes:
