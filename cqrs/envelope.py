@@ -36,7 +36,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from cqrs.codec.binary import record_reader, record_writer
+from cqrs.codec.binary import record_writer, values_reader
 from cqrs.codec.schema import schema_for
 from cqrs.codec.single_object import MAGIC, fingerprint
 from cqrs.domain._names import TYPE_ATTR
@@ -191,8 +191,10 @@ _COMMAND_SCHEMA: Final = schema_for(CommandRecord)
 COMMAND_RECORD_PREFIX: Final = MAGIC + fingerprint(_COMMAND_SCHEMA)
 """The first 10 bytes of every command record's value (marker and schema fingerprint)."""
 _write_command = record_writer(CommandRecord, _COMMAND_SCHEMA, COMMAND_RECORD_PREFIX)
-_read_command = record_reader(CommandRecord, _COMMAND_SCHEMA)
-assert _write_command is not None and _read_command is not None, "CommandRecord codec not generated"
+# the record's field values as a tuple: the processor builds the envelope of them, no record
+_read_command_values = values_reader(CommandRecord, _COMMAND_SCHEMA)
+assert _write_command is not None and _read_command_values is not None, \
+    "CommandRecord codec not generated"
 _PREFIX_SIZE: Final = len(COMMAND_RECORD_PREFIX)
 # the same bytes from the fields' values, in CommandRecord's order: no record object to build
 _write_command_values = record_writer(CommandRecord, _COMMAND_SCHEMA, COMMAND_RECORD_PREFIX,
@@ -256,11 +258,15 @@ def read_command(aggregate_id: str, value: bytes) -> tuple[Envelope, bytes] | No
     processor's hot path (no error texts); :func:`from_kafka` names what is wrong."""
     if not value.startswith(COMMAND_RECORD_PREFIX):
         return None
-    try:
-        rec = _read_command(value, _PREFIX_SIZE)  # type: ignore[misc]
+    try:  # CommandRecord's fields, in order (a record object only to copy it cost ~0.8 us)
+        (command_id, message_type, aggregate_type, timestamp, payload, expected_version,
+         correlation_id, causation_id, reply_partition) = \
+            _read_command_values(value, _PREFIX_SIZE)  # type: ignore[misc]
     except Exception:  # noqa: BLE001 - truncated, garbled: from_kafka says what
         return None
-    return _envelope_of(rec, aggregate_id), rec.payload
+    return Envelope(command_id, message_type, "command", aggregate_type, aggregate_id, timestamp,
+                    None, expected_version, command_id, correlation_id, causation_id,
+                    reply_partition), payload
 
 
 def _decode_command(value: bytes, aggregate_id: str) -> tuple[Envelope, bytes]:

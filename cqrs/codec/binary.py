@@ -45,7 +45,7 @@ from cqrs.codec.types import Node, fields_of
 from cqrs.codec.values import EPOCH
 
 __all__ = ["Mismatch", "Reader", "Writer", "avro_reader", "leading_strings", "record_reader",
-           "record_writer"]
+           "record_writer", "values_reader"]
 
 Writer = Callable[[Any], bytes]
 Reader = Callable[[bytes, int], Any]
@@ -312,7 +312,9 @@ class _Generator(Namespace):
     """Source of every function a class's writer or reader needs, in one namespace."""
 
     def __init__(self, mode: str) -> None:
-        self.mode = mode  # "write", "read" (objects) or "dict" (fastavro's dicts)
+        # "write", "read" (objects), "values" (objects, but the top record's field values as a
+        # tuple, for a caller that builds something else of them) or "dict" (fastavro's dicts)
+        self.mode = mode
         super().__init__(_BASE_NAMESPACE)
         self.functions: dict[type, str] = {}  # record class -> name of its nested function
         self.pending: list[tuple[type, dict[str, Any], str]] = []
@@ -520,6 +522,8 @@ class _Generator(Namespace):
             self.read_value(f.node, ftype, f"v{n}", out, 1)
         if self.mode == "dict":
             value = "{" + ", ".join(f"{f.name!r}: v{n}" for n, (f, _) in enumerate(fields)) + "}"
+        elif self.mode == "values" and top:
+            value = "(" + "".join(f"v{n}, " for n in range(len(fields))) + ")"
         else:
             value = f"{self.const(cls)}({_arguments(cls, [f.init_name for f, _ in fields])})"
         if top:
@@ -547,7 +551,7 @@ class _Generator(Namespace):
     def read_value(self, node: Node, schema: Any, target: str, out: _Lines, ind: int) -> None:
         """Statements setting ``target`` to the value at ``d[p]`` and moving ``p`` past it."""
         kind = node.kind
-        objects = self.mode == "read"
+        objects = self.mode != "dict"
         if kind == t.INT or kind == t.FLOAT:
             width = node.avro_type or ("long" if kind == t.INT else "double")
             if schema != width:
@@ -757,6 +761,14 @@ def record_reader(cls: type, schema: dict[str, Any]) -> Reader | None:
     or its error.
     """
     reader: Reader | None = _generated("read", cls, schema)
+    return reader
+
+
+def values_reader(cls: type, schema: dict[str, Any]) -> Reader | None:
+    """Like :func:`record_reader`, returning the values of the top record's fields (in the
+    schema's order, as ``cls``'s constructor would take them) as a tuple instead of the instance:
+    for a caller that builds another object of them."""
+    reader: Reader | None = _generated("values", cls, schema)
     return reader
 
 
