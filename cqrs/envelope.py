@@ -36,7 +36,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from cqrs.codec.binary import record_reader, record_writer
+from cqrs.codec.binary import record_writer, values_reader
 from cqrs.codec.schema import schema_for
 from cqrs.codec.single_object import MAGIC, fingerprint
 from cqrs.domain._names import TYPE_ATTR
@@ -46,6 +46,7 @@ from cqrs.errors import MalformedHeaderError, MissingHeaderError
 
 __all__ = [
     "COMMAND_RECORD_PREFIX",
+    "command_value",
     "MAX_AGGREGATE_ID_BYTES",
     "MAX_STATE_KEY_BYTES",
     "CONTENT_TYPE",
@@ -190,13 +191,39 @@ _COMMAND_SCHEMA: Final = schema_for(CommandRecord)
 COMMAND_RECORD_PREFIX: Final = MAGIC + fingerprint(_COMMAND_SCHEMA)
 """The first 10 bytes of every command record's value (marker and schema fingerprint)."""
 _write_command = record_writer(CommandRecord, _COMMAND_SCHEMA, COMMAND_RECORD_PREFIX)
-_read_command = record_reader(CommandRecord, _COMMAND_SCHEMA)
-assert _write_command is not None and _read_command is not None, "CommandRecord codec not generated"
+# the record's field values as a tuple: the processor builds the envelope of them, no record
+_read_command_values = values_reader(CommandRecord, _COMMAND_SCHEMA)
+assert _write_command is not None and _read_command_values is not None, \
+    "CommandRecord codec not generated"
 _PREFIX_SIZE: Final = len(COMMAND_RECORD_PREFIX)
+# the same bytes from the fields' values, in CommandRecord's order: no record object to build
+_write_command_values = record_writer(CommandRecord, _COMMAND_SCHEMA, COMMAND_RECORD_PREFIX,
+                                      tuple(f.name for f in attrs.fields(CommandRecord)))
+
+
+def command_value(command_id: str, message_type: str, aggregate_type: str,
+                  timestamp: _dt.datetime, payload: bytes, expected_version: int | None = None,
+                  correlation_id: str | None = None, causation_id: str | None = None,
+                  reply_partition: int | None = None) -> bytes:
+    """The value of a command's record: ``to_kafka(envelope, payload)[1]`` for the envelope of
+    :meth:`Envelope.for_command` with these fields (``correlation_id`` as the envelope holds it:
+    already defaulted to the command id), the same bytes and checks without building the
+    envelope and the record (~2 us a command, every sender)."""
+    _check_aware(timestamp)  # the same check (and error) as the header form
+    if _write_command_values is not None:
+        try:
+            return _write_command_values(None, (  # type: ignore[no-any-return]
+                command_id, message_type, aggregate_type, timestamp, bytes(payload),
+                expected_version, correlation_id, causation_id, reply_partition))
+        except Exception:  # noqa: BLE001, S110 - a value of the wrong type: the checked path
+            pass  # below names it
+    return _command_value(Envelope(
+        command_id, message_type, "command", aggregate_type, "", timestamp, None,
+        expected_version, command_id, correlation_id, causation_id, reply_partition), payload)
 
 
 def _command_value(envelope: Envelope, payload: bytes) -> bytes:
-    _timestamp_text(envelope.timestamp)  # the same check (and error) as the header form
+    _check_aware(envelope.timestamp)  # the same check (and error) as the header form
     if envelope.command_id not in (None, envelope.message_id):
         raise MalformedHeaderError(
             f"command envelope has message id {envelope.message_id!r} and command id "
@@ -231,11 +258,15 @@ def read_command(aggregate_id: str, value: bytes) -> tuple[Envelope, bytes] | No
     processor's hot path (no error texts); :func:`from_kafka` names what is wrong."""
     if not value.startswith(COMMAND_RECORD_PREFIX):
         return None
-    try:
-        rec = _read_command(value, _PREFIX_SIZE)  # type: ignore[misc]
+    try:  # CommandRecord's fields, in order (a record object only to copy it cost ~0.8 us)
+        (command_id, message_type, aggregate_type, timestamp, payload, expected_version,
+         correlation_id, causation_id, reply_partition) = \
+            _read_command_values(value, _PREFIX_SIZE)  # type: ignore[misc]
     except Exception:  # noqa: BLE001 - truncated, garbled: from_kafka says what
         return None
-    return _envelope_of(rec, aggregate_id), rec.payload
+    return Envelope(command_id, message_type, "command", aggregate_type, aggregate_id, timestamp,
+                    None, expected_version, command_id, correlation_id, causation_id,
+                    reply_partition), payload
 
 
 def _decode_command(value: bytes, aggregate_id: str) -> tuple[Envelope, bytes]:
@@ -258,12 +289,18 @@ def _decode_command(value: bytes, aggregate_id: str) -> tuple[Envelope, bytes]:
     return _envelope_of(rec, aggregate_id), rec.payload
 
 
-def _timestamp_text(ts: _dt.datetime) -> str:
+def _check_aware(ts: _dt.datetime) -> None:
+    """Raise :class:`MalformedHeaderError` unless ``ts`` is timezone-aware (a command record
+    carries it as micros since the epoch: checked, not formatted, which cost ~1 us a command)."""
     if ts.tzinfo is None or ts.utcoffset() is None:
         raise MalformedHeaderError(
             f"envelope timestamp {ts!r} is naive: use a timezone-aware datetime "
             "(e.g. datetime.now(timezone.utc))"
         )
+
+
+def _timestamp_text(ts: _dt.datetime) -> str:
+    _check_aware(ts)
     return ts.astimezone(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
@@ -313,6 +350,9 @@ def _derived_event_fields(envelope: Envelope) -> set[str]:
 _MESSAGE_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {}
 _AGGREGATE_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {}
 _UTC: Final = _dt.timezone.utc
+# the last UTC time an event header was made for, and the header (UTC: one text per instant)
+_LAST_TIME_HEADER: tuple[_dt.datetime, tuple[str, bytes]] = (
+    _dt.datetime(1970, 1, 1, tzinfo=_UTC), ("cqrs.timestamp", b"1970-01-01T00:00:00.000000+00:00"))
 
 
 def event_to_kafka(e: NewEvent, payload: bytes) -> tuple[bytes, bytes, Headers]:
@@ -325,13 +365,21 @@ def event_to_kafka(e: NewEvent, payload: bytes) -> tuple[bytes, bytes, Headers]:
     if aggregate_header is None:
         aggregate_header = _AGGREGATE_TYPE_HEADERS[e.aggregate_type] = (
             "cqrs.aggregate_type", e.aggregate_type.encode())
+    global _LAST_TIME_HEADER
     ts = e.timestamp
+    last = _LAST_TIME_HEADER
+    if ts.tzinfo is _UTC and ts == last[0]:  # the events of one command share its time
+        time_header = last[1]
+    elif ts.tzinfo is _UTC:
+        time_header = ("cqrs.timestamp", ts.isoformat(timespec="microseconds").encode())
+        _LAST_TIME_HEADER = (ts, time_header)  # replaced whole: safe for threads
+    else:
+        time_header = ("cqrs.timestamp", _timestamp_text(ts).encode())
     command_id = e.causation_id
     headers = [
         type_header,
         aggregate_header,
-        ("cqrs.timestamp", (ts.isoformat(timespec="microseconds") if ts.tzinfo is _UTC
-                            else _timestamp_text(ts)).encode()),
+        time_header,
         ("cqrs.version", str(e.version).encode()),
         ("cqrs.command_id", command_id.encode()),
     ]

@@ -9,8 +9,9 @@ from cqrs.app import App
 from cqrs.codec.registry import Codec
 from cqrs.client.errors import CommandTooLargeError, InvalidAggregateIdError
 from cqrs.config import DEFAULT_MAX_RECORD_BYTES
+from cqrs.domain.messages import type_name
 from cqrs.envelope import (
-    MAX_STATE_KEY_BYTES, Envelope, Headers, check_aggregate_id, record_size, to_kafka,
+    MAX_STATE_KEY_BYTES, Headers, check_aggregate_id, command_value, record_size,
 )
 from cqrs.errors import MalformedHeaderError
 
@@ -65,19 +66,16 @@ def encode_command(
             f"reply partition {reply_partition!r} is not a partition number: use an int >= 0 "
             "below the command-results topic's partition count"
         )
-    envelope = Envelope.for_command(
-        command,
-        command_id=cid,
-        aggregate_type=entry.type_name,
-        aggregate_id=aggregate_id,
-        timestamp=timestamp or _dt.datetime.now(_dt.timezone.utc),
-        expected_version=expected_version,
-        correlation_id=correlation_id,
-        causation_id=causation_id,
-        reply_partition=reply_partition,
-    )
-    key, value, headers = to_kafka(envelope, (codec or app.codec).encode(command))
+    # to_kafka(Envelope.for_command(...), payload), the same key, value and (no) headers,
+    # without building the envelope
+    message_type = type_name(command)
+    value = command_value(
+        cid, message_type, entry.type_name, timestamp or _dt.datetime.now(_dt.timezone.utc),
+        (codec or app.codec).encode(command), expected_version, correlation_id or cid,
+        causation_id, reply_partition)
+    key = aggregate_id.encode()
+    headers: Headers = []
     size = record_size(key, value, headers)
     if size > max_record_bytes:
-        raise CommandTooLargeError(cid, aggregate_id, envelope.message_type, size, max_record_bytes)
+        raise CommandTooLargeError(cid, aggregate_id, message_type, size, max_record_bytes)
     return cid, key, value, headers

@@ -36,7 +36,7 @@ import inspect
 import struct
 import uuid
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 from cqrs.codec import types as t
 from cqrs.codec.codegen import Namespace
@@ -45,7 +45,7 @@ from cqrs.codec.types import Node, fields_of
 from cqrs.codec.values import EPOCH
 
 __all__ = ["Mismatch", "Reader", "Writer", "avro_reader", "leading_strings", "record_reader",
-           "record_writer"]
+           "record_writer", "values_reader"]
 
 Writer = Callable[[Any], bytes]
 Reader = Callable[[bytes, int], Any]
@@ -208,6 +208,8 @@ def leading_strings(data: bytes, start: int, count: int) -> list[str]:
 _TIME_CACHE_SIZE = 4096
 _TIME_BASES: dict[bytes, _dt.datetime] = {}  # 8-byte varint[3:] -> EPOCH + (v >> 20 << 20) µs
 _TIME_HIGH: dict[int, bytes] = {}  # v >> 20 -> varint[3:]
+_UTC: Final = _dt.timezone.utc
+_LAST_TIME: tuple[_dt.datetime, bytes] = (EPOCH, b"\x00")  # the last UTC time written, its varint
 _TD_HIGH = tuple(_dt.timedelta(microseconds=i << 10) for i in range(1024))
 _TD_LOW = tuple(_dt.timedelta(microseconds=i) for i in range(1024))
 
@@ -230,6 +232,10 @@ def _rtime(d: bytes, p: int) -> tuple[_dt.datetime, int]:
 
 def _wtime(x: _dt.datetime) -> bytes:
     """The varint of an aware datetime as ``to_avro`` converts it (micros since the epoch)."""
+    global _LAST_TIME
+    last = _LAST_TIME
+    if x.tzinfo is _UTC and x == last[0]:  # the instant written last: a command's time is
+        return last[1]  # written with its record, then with its result (UTC: no fold to tell)
     q = x - EPOCH
     v = (q.days * 86400 + q.seconds) * 1000000 + q.microseconds
     if v >> 20 > 0:  # the varint of n = 2v >= 2**21: three bytes of its low 21 bits, then more
@@ -239,8 +245,12 @@ def _wtime(x: _dt.datetime) -> bytes:
                 _TIME_HIGH.clear()
             high = _TIME_HIGH[v >> 20] = _long(v)[3:]
         n = (v & 0xFFFFF) << 1
-        return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14 | 0x80)) + high
-    return _long(v)
+        out = bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14 | 0x80)) + high
+    else:
+        out = _long(v)
+    if x.tzinfo is _UTC:
+        _LAST_TIME = (x, out)  # one tuple, replaced whole: threads see an old pair or the new
+    return out
 
 
 # ---- generation ------------------------------------------------------------------------------
@@ -268,7 +278,7 @@ _BASE_NAMESPACE: dict[str, Any] = {
     "_fromordinal": _dt.date.fromordinal,
     "_Decimal": decimal.Decimal,
     "_UUID": uuid.UUID,
-    "_UTC": _dt.timezone.utc,
+    "_UTC": _UTC,
     "_BOOL": (False, True),
     "_pack_d": struct.Struct("<d").pack,
     "_pack_f": struct.Struct("<f").pack,
@@ -302,7 +312,9 @@ class _Generator(Namespace):
     """Source of every function a class's writer or reader needs, in one namespace."""
 
     def __init__(self, mode: str) -> None:
-        self.mode = mode  # "write", "read" (objects) or "dict" (fastavro's dicts)
+        # "write", "read" (objects), "values" (objects, but the top record's field values as a
+        # tuple, for a caller that builds something else of them) or "dict" (fastavro's dicts)
+        self.mode = mode
         super().__init__(_BASE_NAMESPACE)
         self.functions: dict[type, str] = {}  # record class -> name of its nested function
         self.pending: list[tuple[type, dict[str, Any], str]] = []
@@ -510,6 +522,8 @@ class _Generator(Namespace):
             self.read_value(f.node, ftype, f"v{n}", out, 1)
         if self.mode == "dict":
             value = "{" + ", ".join(f"{f.name!r}: v{n}" for n, (f, _) in enumerate(fields)) + "}"
+        elif self.mode == "values" and top:
+            value = "(" + "".join(f"v{n}, " for n in range(len(fields))) + ")"
         else:
             value = f"{self.const(cls)}({_arguments(cls, [f.init_name for f, _ in fields])})"
         if top:
@@ -537,7 +551,7 @@ class _Generator(Namespace):
     def read_value(self, node: Node, schema: Any, target: str, out: _Lines, ind: int) -> None:
         """Statements setting ``target`` to the value at ``d[p]`` and moving ``p`` past it."""
         kind = node.kind
-        objects = self.mode == "read"
+        objects = self.mode != "dict"
         if kind == t.INT or kind == t.FLOAT:
             width = node.avro_type or ("long" if kind == t.INT else "double")
             if schema != width:
@@ -747,6 +761,14 @@ def record_reader(cls: type, schema: dict[str, Any]) -> Reader | None:
     or its error.
     """
     reader: Reader | None = _generated("read", cls, schema)
+    return reader
+
+
+def values_reader(cls: type, schema: dict[str, Any]) -> Reader | None:
+    """Like :func:`record_reader`, returning the values of the top record's fields (in the
+    schema's order, as ``cls``'s constructor would take them) as a tuple instead of the instance:
+    for a caller that builds another object of them."""
+    reader: Reader | None = _generated("values", cls, schema)
     return reader
 
 

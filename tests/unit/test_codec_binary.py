@@ -17,7 +17,7 @@ import pytest
 
 from cqrs.codec import Codec, InMemorySchemaStore, schema_for
 from cqrs.codec import binary as b
-from cqrs.codec.binary import avro_reader, record_reader, record_writer
+from cqrs.codec.binary import avro_reader, record_reader, record_writer, values_reader
 from cqrs.domain import event
 from cqrs.errors import DecodeError, EncodeError, NaiveDatetimeError, TruncatedMessageError
 
@@ -289,6 +289,8 @@ def test_readers_take_bytes_like_input_and_offsets() -> None:
     assert record["shade"] == "DARK" and record["pair"] == ["x"]  # fastavro's types
     assert record["by_key"] == {"k": {"n": 3, "shade": "LIGHT"}}
     assert record["price"] == "1.5" and record["ident"] == uuid.UUID(int=1)
+    values = values_reader(Edges, schema)(data, len(HEADER))  # type: ignore[misc]
+    assert values == tuple(getattr(obj, f.name) for f in attrs.fields(Edges))  # objects inside
 
 
 def schema_with(change: Any) -> dict[str, Any]:
