@@ -502,8 +502,7 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
     stats.subject_keys += len(subjects)
     stale: set[str] = set()
     for g, key, subject, hit in held:
-        now = keys.get(subject)
-        if now is None or now.key_id != hit.key_id:
+        if key_changed(step, hit.decoded, hit.key_id, keys, subject):
             del g.cache[key]
             stale.add(key[1])
     stats.stale_states += len(stale)
@@ -775,7 +774,7 @@ def _decide(worker: Worker, grouped: list[_Grouped],
         slot.rows.append(new_row)
         cache = grouped[item.slice_index].cache
         cache[item.key] = _Cached(new_row, result.record, result.state,
-                                  None if keys is None else _key_id(step, keys, result.state))
+                                  None if keys is None else state_key_id(step, keys, result.state))
         cache.move_to_end(item.key)
     stats.aggregates += len(items)
     stats.cache_hits += hits
@@ -784,15 +783,32 @@ def _decide(worker: Worker, grouped: list[_Grouped],
     return pending
 
 
-def _key_id(step: AggregateStep, keys: dict[str, Any], state: Any) -> bytes | None:
+def state_key_id(step: AggregateStep, keys: dict[str, Any], state: Any) -> bytes | None:
     """The id of the key ``state`` (an aggregate with personal fields) was sealed with: its
     subject's key as the slice's look-up found it (the key cache's, for a subject that first
-    appeared in the decision)."""
+    appeared in the decision). Kept with a cached decoded state, which holds its personal
+    values in clear, to tell whether its subject was forgotten since (:func:`key_changed`)."""
     subject = step.codec.subject_of(state)
     if subject is None or step.codec.key_store is None:
         return None
     key = keys.get(subject) or step.codec.key_store.get(subject)
     return None if key is None else key.key_id
+
+
+def key_changed(step: AggregateStep, state: Any, key_id: bytes | None,
+                keys: dict[str, Any] | None = None, subject: str | None = None) -> bool:
+    """Whether the subject of the decoded ``state``, sealed with ``key_id``
+    (:func:`state_key_id`), has no key or another one now (forgotten): the state must then be
+    read again from its record, which opens its personal fields as the replacement, so that
+    its old values are never sealed again under a new key. ``keys``: the batch's look-up;
+    ``subject``: the state's, when the caller has it."""
+    subject = subject or step.codec.subject_of(state)
+    if subject is None or step.codec.key_store is None:
+        return False
+    now = keys.get(subject) if keys else None
+    if now is None:
+        now = step.codec.key_store.get(subject)
+    return now is None or now.key_id != key_id
 
 
 MAX_WRITES_IN_FLIGHT = 4  # state writes a serving task lets run behind its decisions

@@ -48,7 +48,7 @@ from cqrs.envelope import from_kafka
 from cqrs.history import HistoryReader, MemoryHistoryTable, rows_from_records
 from cqrs.kafka_io import KafkaRecord
 from cqrs.process.reactor import Instance, Reactor, SourceEvent
-from cqrs.processor.partition import group_by_aggregate
+from cqrs.processor.partition import group_by_aggregate, key_changed, state_key_id
 from cqrs.processor.step import UNDECODED, AggregateStep, DedupPolicy, OutputRecord
 from cqrs.results import AggregateRecord, CommandResult, ConversationOutcome
 from cqrs.retrier.plan import WAITING, classify, due_ms, redelivery
@@ -139,6 +139,9 @@ class LocalRunner:
         # the aggregate objects the step gave back, as the serving task caches them (saves a
         # decode of the snapshot per command; the step never mutates them)
         self._objects: dict[tuple[str, str], Any] = {}
+        # for an app with personal fields: the key each object's subject had when it was decided
+        # (an object whose subject was forgotten since is decoded again, as the worker does)
+        self._key_ids: dict[tuple[str, str], bytes | None] = {}
         self._partition_of: dict[bytes, int] = {}  # key: partition (murmur2 costs ~2 us)
         self._instances: dict[str, dict[str, Instance]] = {r.pm.name: {} for r in self.reactors}
         self._events: list[_Record] = []
@@ -336,11 +339,17 @@ class LocalRunner:
                 self._write(self.step.apply(None, None, None, records).out)
                 continue
             key = (agg_type, agg_id)
-            result = self.step.apply(agg_type, agg_id, self._states.get(key), records,
-                                     self._objects.get(key, UNDECODED))
+            decoded = self._objects.get(key, UNDECODED)
+            personal = self.codec.personal
+            if personal and decoded is not UNDECODED and \
+                    key_changed(self.step, decoded, self._key_ids.get(key)):
+                decoded = UNDECODED  # holds a forgotten subject's values in clear
+            result = self.step.apply(agg_type, agg_id, self._states.get(key), records, decoded)
             if result.record is not None:
                 self._states[key] = result.record
                 self._objects[key] = result.state
+                if personal:
+                    self._key_ids[key] = state_key_id(self.step, {}, result.state)
             self._write(result.out)
             if result.deadlines:
                 self.deadlines.apply(result.deadlines)

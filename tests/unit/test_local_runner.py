@@ -237,3 +237,26 @@ def test_the_bank_and_loyalty_examples_whole_flows_with_their_read_models() -> N
     assert points["purchases"] == 3 and points["spent_cents"] == 3_649
     assert points["points"] == sum(loyalty.points_for(a) for a in (1_000, 2_550, 99))
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_a_forgotten_subjects_values_do_not_come_back_with_the_next_command() -> None:
+    # the runner keeps each aggregate decoded, as the serving task does, so it must drop a
+    # state whose subject was forgotten (found by an app written from the docs alone)
+    from cqrs.domain import FORGOTTEN
+    from cqrs.personal import MemoryKeyStore
+    from domain_examples.personal_bank import COMMANDS, make_app
+
+    bank = make_app("runner-forget", personal_fields=True)
+    keys = MemoryKeyStore()
+    bank.use_key_store(keys)
+    cmds = COMMANDS["runner-forget"]
+    runner = LocalRunner(bank)
+    for acc, holder in (("acc-1", "Ann Smith"), ("acc-2", "Bo Jones")):
+        assert runner.send_and_wait(acc, cmds.open_account(acc, holder, f"{acc}@example.com")).accepted
+    assert keys.forget("acc-1")
+    assert runner.send_and_wait("acc-1", cmds.deposit(5)).accepted
+    assert runner.send_and_wait("acc-2", cmds.deposit(7)).accepted
+    ann, bo = runner.state("acc-1"), runner.state("acc-2")
+    assert (ann.holder, ann.email, ann.balance) == (FORGOTTEN, FORGOTTEN, 5)
+    assert (bo.holder, bo.balance) == ("Bo Jones", 7)
+    assert [(e.holder, e.email) for e in runner.events("acc-1")][-1] == (FORGOTTEN, FORGOTTEN)
