@@ -380,7 +380,6 @@ class Demo:
         from cqrs.retrier.job import RetrierOptions, start_retrier
         from cqrs.spark_session import spark_session, wait_until_started
         from projections.rebuild import rebuild_projection
-        from projections.runner import run_projectors
 
         from cqrs.process.job import ProcessManagerOptions, start_process_manager
         from cqrs.scheduler.job import SchedulerOptions, start_scheduler
@@ -436,9 +435,7 @@ class Demo:
                 self.show_dead_letters()
 
                 self.step("projectors: folding the event logs into Cassandra")
-                for name, ref in APP_REFS.items():
-                    run_projectors(spark, self.cfg, ref, available_now=True,
-                                   report=lambda m, n=name: self.say(f"    {n}: {m}"))
+                self.run_projectors(spark, apps)
 
                 self.step("read models")
                 self.show_read_models(apps)
@@ -470,6 +467,29 @@ class Demo:
             return 1
         self.say(f"\ndemo finished in {seconds:.0f} s: every check passed")
         return 0
+
+    def run_projectors(self, spark: Any, apps: dict[str, App]) -> None:
+        """Every app's projectors at once, each until it applied what its events topic held
+        (their tables made first, one app after the other: no two apps' schema changes at
+        once). Their queries read Kafka, so starting them together is safe, unlike the
+        processors' (see ``wait_until_started``); one app after the other took ~35 s instead
+        of ~22 s at a load of 7 on 2 cores."""
+        from projections.local import ensure_current_generation
+        from projections.model import select
+        from projections.runner import run_projectors
+        from projections.store import table_base
+        from projections.stores import cached_store
+
+        store = cached_store(self.cfg)
+        for app in apps.values():
+            for p in select(app, ()):
+                ensure_current_generation(store, p, table_base(app.name, p.name))
+        with concurrent.futures.ThreadPoolExecutor(len(apps)) as pool:
+            runs = [pool.submit(run_projectors, spark, self.cfg, APP_REFS[name], available_now=True,
+                                report=lambda m, n=name: self.say(f"    {n}: {m}"))
+                    for name in apps]
+            for run in runs:
+                run.result()  # (the first failure, after every run ended)
 
     def rebuild(self, spark: Any, apps: dict[str, App], rebuild_projection: Any) -> None:
         from projections.query import ProjectionReader

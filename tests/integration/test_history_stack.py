@@ -11,18 +11,16 @@ One workload on topics of its own:
 2. the history job again (restart: nothing new to write) and a replay into another table: the
    rebuilt rows equal the live ones;
 3. ``cqrs history`` (table and JSON), ``cqrs state get --at-version / --at / --version``;
-4. ``GET /aggregates/{id}/events`` (pages), ``?at_version=`` and ``?at=``;
-5. docs/history.md's live blocks, with a processor serving.
+4. ``GET /aggregates/{id}/events`` (pages), ``?at_version=`` and ``?at=``.
+
+docs/history.md's live blocks run in tests/unit/test_docs_examples.py (every page's, with a
+processor of this app serving), once per run.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import re
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -54,7 +52,6 @@ APP_REF = "cqrs.testing.example_app:app"
 ACCOUNT = "example.bank.Account"
 T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-ROOT = Path(__file__).resolve().parents[2]
 
 WORKLOAD: list[tuple[str, object, str, int | None]] = [
     ("acc-0", OpenAccount("ann"), "c00", 0),
@@ -72,25 +69,6 @@ WORKLOAD: list[tuple[str, object, str, int | None]] = [
     ("acc-0", Deposit(2), "c04", None),
     *[("acc-4", Deposit(1) if i else OpenAccount("eve"), f"c4{i:02d}", None) for i in range(25)],
 ]
-
-
-BLOCK = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
-RUNNER = """
-import json, sys, types
-path, blocks = sys.argv[1], json.load(sys.stdin)
-module = types.ModuleType("docs_live")
-sys.modules["docs_live"] = module
-for line, code in blocks:
-    exec(compile(code, f"{path}:{line}", "exec"), module.__dict__)
-print("ran", len(blocks), "blocks")
-"""
-
-
-def _live_blocks(path: Path) -> list[tuple[int, str]]:
-    """``(line, code)`` of every python block of a page, live ones included (as
-    tests/unit/test_docs_examples.py runs them)."""
-    text = path.read_text(encoding="utf-8")
-    return [(text.count("\n", 0, m.start()) + 1, m.group(2)) for m in BLOCK.finditer(text)]
 
 
 def _send(cfg: CqrsConfig, topic: str) -> None:
@@ -252,25 +230,6 @@ def test_history_on_the_stack(cqrs_config: CqrsConfig, spark: Any,
         assert http.get("/aggregates/acc-0", params={"version": 5}).json()["version"] == 5
     ctx.close()
 
-    # ---- 5. docs/history.md's live blocks, a processor serving ----------------------------
-    from cqrs.processor.source import new_stop_file
-    from cqrs.spark_session import stop_between_batches
-
-    stop_file = new_stop_file()
-    serving = start_processor(spark, cfg, ProcessorOptions(
-        app_ref=APP_REF, topics=topics, checkpoint=cfg.spark.checkpoint_location(prefix, "p")),
-        stop_file=stop_file)
-    try:
-        env = {**os.environ, "CQRS_KAFKA_TOPIC_PREFIX": prefix,
-               "CQRS_SPARK_CHECKPOINT_DIR": str(tmp_path),
-               "CQRS_KAFKA_BOOTSTRAP": cfg.kafka.bootstrap_servers}
-        path = ROOT / "docs" / "history.md"
-        done_docs = subprocess.run([sys.executable, "-c", RUNNER, str(path)],
-                                   input=json.dumps(_live_blocks(path)),
-                                   capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
-        assert done_docs.returncode == 0, f"{done_docs.stdout[-3000:]}\n{done_docs.stderr[-6000:]}"
-        notes += [done_docs.stdout, table]
-    finally:  # between two micro-batches, as `cqrs run processor` stops it
-        stop_between_batches([(serving, Path(stop_file).touch)])
+    notes.append(table)
     with capsys.disabled():
         print("\n".join(notes))

@@ -73,15 +73,41 @@ def test_strangers_are_refused(secure: Secure) -> None:
     cfg = secure.cfg
     assert cfg.kafka.security_protocol == "SASL_SSL" and cfg.kafka.sasl_password
     assert _lists_topics(cfg)
-    assert not _lists_topics(cfg.with_overrides(kafka={"security_protocol": "PLAINTEXT"}))
-    assert not _lists_topics(cfg.with_overrides(kafka={"sasl_password": "wrong-password"}))
-    assert not _lists_topics(cfg.with_overrides(kafka={"ssl_ca_location": ""}))  # unknown CA
+    # each stranger is refused for its own reason, and lists nothing before that
+    said = _refused(cfg.with_overrides(kafka={"security_protocol": "PLAINTEXT"}))
+    assert said.startswith(("_ALL_BROKERS_DOWN", "_TRANSPORT")), said  # no TLS: dropped
+    said = _refused(cfg.with_overrides(kafka={"sasl_password": "wrong-password"}))
+    assert said.startswith("_AUTHENTICATION") and "invalid credentials" in said, said
+    said = _refused(cfg.with_overrides(kafka={"ssl_ca_location": ""}))  # unknown CA
+    assert "certificate verify failed" in said, said
 
     for wrong in ({"username": "", "password": ""}, {"password": "wrong-password"}):
         with pytest.raises(CassandraUnavailableError) as err:
             CassandraSession(cfg.cassandra.__class__(**{**attrs.asdict(cfg.cassandra), **wrong}))
         assert cfg.cassandra.password not in str(err.value)
     CassandraSession(cfg.cassandra).close()  # the right credentials work
+
+
+def _refused(cfg: CqrsConfig, timeout: float = 8.0) -> str:
+    """How the broker refuses a client with ``cfg``'s settings: the first error librdkafka
+    reports for it ("NAME: text"), as soon as it does (a refused client otherwise lists
+    nothing until its timeout: 8 s a stranger). Fails when the client lists the brokers, or
+    when nothing is reported within ``timeout`` seconds."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    errors: list[KafkaError] = []
+    admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers, "log_level": 3,
+                         **cfg.kafka.client_options(), "error_cb": errors.append})
+    deadline = time.monotonic() + timeout
+    while not errors:
+        assert time.monotonic() < deadline, f"no refusal reported within {timeout:.0f} s"
+        try:
+            assert not admin.list_topics(timeout=0.5).brokers, "a stranger lists the brokers"
+        except KafkaException:
+            pass
+        admin.poll(0.1)  # (serves the error callback)
+    return f"{errors[0].name()}: {errors[0].str()}"
 
 
 def _start(secure: Secure, job: str) -> subprocess.Popen[bytes]:
@@ -113,7 +139,7 @@ def test_processor_projector_and_clients_over_sasl_ssl_and_passwords(secure: Sec
             if row is not None and row["balance_cents"] == 5_00:
                 break
             assert all(j.poll() is None for j in jobs), "a job exited; see its log"
-            time.sleep(2)
+            time.sleep(0.5)
         assert row is not None and row["balance_cents"] == 5_00 and row["owner"] == "ann", row
         assert all(j.poll() is None for j in jobs)
     finally:
