@@ -146,8 +146,8 @@ class FieldSealer:
             key = self._keys().key_for(subject, sealed.key_id)
             if opened is None:
                 opened = dict(record)
-            opened[name] = (replacement if key is None
-                            else open_text(key, sealed, subject, written_as, name))
+            opened[name] = replacement if key is None else \
+                _opened(key, sealed, value, subject, written_as, name)
         return record if opened is None else opened
 
     def open(self, obj: Any, written_as: str | None = None) -> Any:
@@ -171,6 +171,22 @@ class FieldSealer:
             if sealed.key_id not in keys:
                 keys[sealed.key_id] = key_store.key_for(subject, sealed.key_id)
             key = keys[sealed.key_id]
-            changes[name] = (replacement if key is None
-                             else open_text(key, sealed, subject, type_name, name))
+            changes[name] = replacement if key is None else \
+                _opened(key, sealed, value, subject, type_name, name)
         return self._copy(obj, changes) if changes else obj
+
+
+def _opened(key: Any, sealed: Any, text: str, subject: str, type_name: str, field: str) -> str:
+    """The plain value of the sealed ``text`` (``sealed``, parsed). A format-2 value (bound to
+    subject and field only) is remembered by the key both ways: opening it again costs a dict
+    look-up, and so does sealing the plain value again, which gives ``text`` (sealing is
+    deterministic): a state read from its row and written back after a command, and the events
+    that copy its values, encrypt nothing."""
+    memo = key._sealed  # noqa: SLF001 - the cipher's memo
+    plain = memo.get(text) if sealed.version == 2 else None
+    if plain is None:
+        plain = open_text(key, sealed, subject, type_name, field)
+        if sealed.version == 2:
+            remember(memo, text, plain)
+            remember(memo, (plain, field, subject), text)  # seal_text's own entry
+    return plain  # type: ignore[no-any-return]
