@@ -54,3 +54,33 @@ def test_a_forgotten_customer_reads_as_the_replacement() -> None:
     assert keys.forget("c-erin")
     assert codec.decode(event) == TicketOrderPlaced("c-erin", FORGOTTEN, FORGOTTEN, "Hamlet", 2)
     assert codec.decode(state) == TicketOrder("c-erin", FORGOTTEN, FORGOTTEN, "Hamlet", 2, "placed")
+
+
+def test_the_whole_flow_in_one_process_then_a_customer_is_forgotten() -> None:
+    # the app's classes in an App of the test's own, with a memory key store bound (the
+    # module's app stays unbound, for the stack's tests)
+    from cqrs.app import App
+    from cqrs.testing.runner import LocalRunner
+    from domain_examples.ticketing import TicketOrderHandler, TicketOrders
+    from projections import LocalReadModels
+
+    shop = App("ticketing", aggregates=[TicketOrder], handlers=[TicketOrderHandler],
+               projections=[TicketOrders])
+    keys = MemoryKeyStore()
+    shop.use_key_store(keys)
+    runner = LocalRunner(shop, read_models=LocalReadModels(shop))
+    for order_id, customer, name in (("o-1", "c-erin", "Erin Doe"), ("o-2", "c-finn", "Finn Roe")):
+        placed = runner.send_and_wait(order_id, PlaceTicketOrder(customer, name, f"{customer}@x.org",
+                                                                 "Hamlet", 2))
+        assert placed.accepted, placed
+    assert runner.send_and_wait("o-1", PlaceTicketOrder("c-erin", "E", "e@x.org", "Hamlet")).code \
+        == "already_placed"
+    views = runner.read_model()
+    assert views.get("ticket_orders", "o-1")["customer_name"] == "Erin Doe"
+    assert keys.forget("c-erin")
+    assert runner.send_and_wait("o-1", CancelTicketOrder("changed plans")).accepted
+    assert views.get("ticket_orders", "o-1")["customer_name"] == FORGOTTEN
+    assert views.get("ticket_orders", "o-1")["status"] == "cancelled"
+    assert (runner.state("o-1").customer_name, runner.state("o-1").email) == (FORGOTTEN, FORGOTTEN)
+    assert views.get("ticket_orders", "o-2")["customer_name"] == "Finn Roe"
+    assert runner.state("o-2").email == "c-finn@x.org"
