@@ -30,7 +30,7 @@ import attrs
 from cqrs.domain.messages import type_name
 from cqrs.domain.personal import FORGOTTEN, personal_fields
 from cqrs.errors import MissingKeyStoreError
-from cqrs.personal.cipher import open_text, parse_sealed, seal_text
+from cqrs.personal.cipher import open_sealed, parse_sealed, seal_text
 from cqrs.personal.keys import KeyStore
 from projections.errors import PersonalColumnError, PersonalDataCopiedError
 from projections.model import CategoryProjection, Projection, projections_of
@@ -126,7 +126,8 @@ class _Columns:
             found = (self._keys().key_for(subject, sealed.key_id)
                      if isinstance(subject, str) and subject else None)
             changes[column] = (REPLACEMENT if found is None
-                               else open_text(found, sealed, subject, self.type_name, column))
+                               else open_sealed(found, sealed, value, subject, self.type_name,
+                                                 column))
         return {**values, **changes} if changes else values
 
 

@@ -6,7 +6,8 @@ this package holds the cipher (:mod:`cqrs.personal.cipher`), the key stores
 (:class:`KeyStore`, :class:`MemoryKeyStore`, :class:`KeyCache`,
 :class:`~cqrs.personal.cassandra_keys.CassandraKeyStore`) and what the codec calls to seal and
 open a message's fields (:class:`~cqrs.personal.fields.FieldSealer`); the stack's key store and
-forgetting a subject (:func:`key_store_for`, :func:`forget_subject`, :func:`forget`). See docs/personal-data.md.
+forgetting a subject (:func:`key_store_for`, :func:`forget_subject`, :func:`forget`). See
+docs/personal-data.md.
 """
 
 from __future__ import annotations

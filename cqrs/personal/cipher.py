@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cqrs.errors import KeyStoreError, TamperedDataError
 
 __all__ = ["KEY_ID_BYTES", "SEALED_PREFIX", "SEALED_PREFIXES", "MasterKey", "Sealed", "SubjectKey",
-           "is_sealed", "open_text", "parse_sealed", "seal_text"]
+           "open_sealed", "open_text", "parse_sealed", "seal_text"]
 
 SEALED_PREFIX = "cqrs-pd2:"
 """How every sealed field value written now starts (format version 2)."""
@@ -120,12 +120,6 @@ def _aad_v1(key_id: bytes, subject: str, type_name: str, field: str) -> bytes:
                      subject.encode()))
 
 
-def is_sealed(value: str) -> bool:
-    """Whether ``value`` starts like a sealed value of any format (it may still be malformed:
-    :func:`parse_sealed` says)."""
-    return value.startswith(SEALED_PREFIXES)
-
-
 SEALED_PER_KEY = 8
 """Sealed values each :class:`SubjectKey` remembers (a subject's few personal values, sealed
 again with every message that copies them, cost a dict look-up instead of an HMAC and an
@@ -181,8 +175,9 @@ def parse_sealed(value: str, where: str) -> Sealed | None:
         blob = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
     except (ValueError, binascii.Error):
         raise TamperedDataError(
-            f"{where} starts like an encrypted personal value ({value[:len(SEALED_PREFIX)]!r}) but is "
-            f"malformed ({value[:60]!r}...): the message was changed after it was written"
+            f"{where} starts like an encrypted personal value "
+            f"({value[:len(SEALED_PREFIX)]!r}) but is malformed ({value[:60]!r}...): the "
+            "message was changed after it was written"
         ) from None
     if len(blob) < _NONCE_BYTES + _TAG_BYTES:
         raise TamperedDataError(
@@ -208,6 +203,23 @@ def open_text(key: SubjectKey, sealed: Sealed, subject: str, type_name: str, fie
             "copied from another field or subject"
         ) from None
     return plain.decode()
+
+
+def open_sealed(key: SubjectKey, sealed: Sealed, text: str, subject: str, type_name: str,
+                field: str) -> str:
+    """:func:`open_text` of the sealed ``text`` (``sealed``, parsed). A format-2 value (bound to
+    subject and field only) is remembered by the key both ways: opening it again costs a dict
+    look-up, and so does sealing the plain value again, which gives ``text`` (sealing is
+    deterministic): a state read from its row and written back after a command, and the events
+    that copy its values, encrypt nothing."""
+    memo = key._sealed  # noqa: SLF001 - the key's own
+    plain = memo.get(text) if sealed.version == 2 else None
+    if plain is None:
+        plain = open_text(key, sealed, subject, type_name, field)
+        if sealed.version == 2:
+            remember(memo, text, plain)
+            remember(memo, (plain, field, subject), text)  # seal_text's own entry
+    return plain  # type: ignore[no-any-return]
 
 
 class MasterKey:

@@ -16,7 +16,7 @@ import attrs
 
 from cqrs.domain.personal import PersonalFields
 from cqrs.errors import EncodeError, MissingKeyStoreError, TamperedDataError
-from cqrs.personal.cipher import open_text, parse_sealed, remember, seal_text
+from cqrs.personal.cipher import open_sealed, parse_sealed, remember, seal_text
 from cqrs.personal.keys import KeyStore
 
 __all__ = ["FieldSealer"]
@@ -78,8 +78,9 @@ class FieldSealer:
         written: sealed, or as they are when None, empty or their replacement (which say
         nothing about the person and need no key); None when no value needs sealing (a new
         aggregate's state, before its subject is known, is such). Runs once per event and
-        state written: one key look-up, and values the key sealed lately (for any type with these
-        field names) cost a dict look-up (the key's memo, see seal_text; don't change what it returns)."""
+        state written: one key look-up, and values the key sealed lately (for any type with
+        these field names) cost a dict look-up (the key's memo, see seal_text; don't change
+        what it returns)."""
         values = self._get(obj)
         plain = False
         for value, replacement in zip(values, self._replacements):
@@ -147,7 +148,7 @@ class FieldSealer:
             if opened is None:
                 opened = dict(record)
             opened[name] = replacement if key is None else \
-                _opened(key, sealed, value, subject, written_as, name)
+                open_sealed(key, sealed, value, subject, written_as, name)
         return record if opened is None else opened
 
     def open(self, obj: Any, written_as: str | None = None) -> Any:
@@ -172,21 +173,6 @@ class FieldSealer:
                 keys[sealed.key_id] = key_store.key_for(subject, sealed.key_id)
             key = keys[sealed.key_id]
             changes[name] = replacement if key is None else \
-                _opened(key, sealed, value, subject, type_name, name)
+                open_sealed(key, sealed, value, subject, type_name, name)
         return self._copy(obj, changes) if changes else obj
 
-
-def _opened(key: Any, sealed: Any, text: str, subject: str, type_name: str, field: str) -> str:
-    """The plain value of the sealed ``text`` (``sealed``, parsed). A format-2 value (bound to
-    subject and field only) is remembered by the key both ways: opening it again costs a dict
-    look-up, and so does sealing the plain value again, which gives ``text`` (sealing is
-    deterministic): a state read from its row and written back after a command, and the events
-    that copy its values, encrypt nothing."""
-    memo = key._sealed  # noqa: SLF001 - the cipher's memo
-    plain = memo.get(text) if sealed.version == 2 else None
-    if plain is None:
-        plain = open_text(key, sealed, subject, type_name, field)
-        if sealed.version == 2:
-            remember(memo, text, plain)
-            remember(memo, (plain, field, subject), text)  # seal_text's own entry
-    return plain  # type: ignore[no-any-return]
