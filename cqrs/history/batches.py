@@ -28,7 +28,7 @@ from cqrs.envelope import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["lean_event_columns", "writer_columns"]
+__all__ = ["header_values", "lean_event_columns", "writer_columns"]
 
 # the headers of a lean event (event_to_kafka), by the envelope field each holds
 _TEXT_HEADERS: Final = ("message_type", "aggregate_type", "timestamp", "version", "message_id",
@@ -42,11 +42,14 @@ _OTHER_HEADERS: Final = tuple(HEADER_PREFIX + n for n in ("kind", "expected_vers
 _TIME: Final = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}\+00:00$"
 
 
-def lean_event_columns(batch: pa.RecordBatch) -> dict[str, Any] | None:
+def lean_event_columns(batch: pa.RecordBatch, *, derive_ids: bool = True
+                       ) -> dict[str, Any] | None:
     """The envelope columns (as :meth:`~cqrs.history.columns.EventLayout.batch_of` takes them,
     but ``schema_type`` / ``schema_version``) and ``payload`` of a batch of Kafka records
     (:data:`~cqrs.history.frames.RECORD_COLUMNS`, each with a key and a version header) that are
-    all lean events; ``None`` when one is not (read the batch record by record)."""
+    all lean events; ``None`` when one is not (read the batch record by record).
+    ``derive_ids=False``: an event id the record does not carry is left null (for Spark to
+    derive, see :func:`cqrs.history.columns.event_id_sql`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -90,7 +93,7 @@ def lean_event_columns(batch: pa.RecordBatch) -> dict[str, Any] | None:
         return None
     timestamp = text["timestamp"].cast(pa.timestamp("us", tz="UTC"))
     message_id = text["message_id"]
-    if message_id.null_count:  # derived, as from_kafka derives it
+    if message_id.null_count and derive_ids:  # derived, as from_kafka derives it
         types, ids = text["aggregate_type"].to_pylist(), aggregate_id.to_pylist()
         given, versions = message_id.to_pylist(), version.to_pylist()
         message_id = pa.array([m if m is not None else event_id_for(t, a, v)
@@ -126,14 +129,35 @@ def _headers(column: pa.ListArray, n: int) -> dict[str, pa.Array] | None:
         if name in _OTHER_HEADERS:
             return None
         where = pc.equal(names, name).to_numpy(zero_copy_only=False)
-        owners = parents[where]
-        if len(np.unique(owners)) != len(owners):
+        owners = parents[where]  # ascending: a record's headers are together
+        if len(owners) > 1 and (owners[1:] == owners[:-1]).any():
             return None  # a repeated header: record by record (which one counts is its rule)
         index = np.full(n, -1, dtype=np.int64)
         index[owners] = np.arange(len(owners))
         taken = pa.array(index, mask=index < 0)
         found[name] = pc.take(values.filter(pa.array(where)), taken)
     return found
+
+
+def header_values(column: pa.ListArray, name: str) -> pa.Array:
+    """The value of header ``name`` of each record of a ``headers`` column (binary; the first
+    when a record repeats it, as :func:`cqrs.processor.job.header_expr` reads it; null when a
+    record has none), with Arrow kernels."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(column)
+    flat = pc.list_flatten(column)
+    where = pc.equal(flat.field("key"), name)
+    owners = pc.list_parent_indices(column).filter(where).to_numpy(zero_copy_only=False)
+    if not len(owners):
+        return pa.nulls(n, pa.binary())
+    first = np.ones(len(owners), dtype=bool)
+    first[1:] = owners[1:] != owners[:-1]
+    index = np.full(n, -1, dtype=np.int64)
+    index[owners[first]] = np.nonzero(first)[0]
+    return pc.take(flat.field("value").filter(where), pa.array(index, mask=index < 0))
 
 
 def writer_columns(payloads: list[bytes], writer_of: Callable[[bytes], tuple[str, int]]

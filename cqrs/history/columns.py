@@ -53,7 +53,9 @@ __all__ = [
     "arrow_type",
     "aware_time",
     "check_range",
+    "event_id_sql",
     "event_type_names",
+    "type_names",
     "row_schema",
     "rows_from_arrow",
     "rows_to_arrow",
@@ -182,6 +184,35 @@ class _Fields:
 
 
 # ---- event types and their names ---------------------------------------------------------------
+
+
+def event_id_sql(aggregate_type: str = "aggregate_type", aggregate_id: str = "aggregate_id",
+                 version: str = "version") -> str:
+    """Spark SQL for the event id :func:`cqrs.domain.decision.event_id_for` derives from the
+    columns named (a uuid5 of ``type/id/version``: SHA-1, version digit 5, variant 10), so that
+    a DataFrame derives it in the JVM, and only when a query reads it. A test compares the two."""
+    from cqrs.domain.decision import EVENT_ID_NAMESPACE
+
+    h = (f"sha1(concat(X'{EVENT_ID_NAMESPACE.bytes.hex()}', encode(concat_ws('/', "
+         f"{aggregate_type}, {aggregate_id}, CAST({version} AS STRING)), 'UTF-8')))")
+    # h repeated: Spark computes a common subexpression once
+    return (f"concat(substr({h}, 1, 8), '-', substr({h}, 9, 4), '-5', substr({h}, 14, 3), '-', "
+            f"lower(hex((CAST(conv(substr({h}, 17, 1), 16, 10) AS INT) & 3) | 8)), "
+            f"substr({h}, 18, 3), '-', substr({h}, 21, 12))")
+
+
+def type_names(events: Sequence[Any]) -> list[str]:
+    """The type name of each of ``events`` (:func:`~cqrs.domain.messages.type_name`, asked once
+    per class)."""
+    known: dict[type, str] = {}
+    out = []
+    for e in events:
+        cls = type(e)
+        name = known.get(cls)
+        if name is None:
+            name = known[cls] = type_name(cls)
+        out.append(name)
+    return out
 
 
 def event_type_names(app: App, event_types: Iterable[str | type] | None) -> tuple[str, ...]:
@@ -394,14 +425,16 @@ class EventLayout:
         return self.batch_of(envelope, [e.event for e in events], payloads)
 
     def batch_of(self, envelope: Mapping[str, Any], events: Sequence[Any],
-                 payloads: Sequence[bytes] | pa.Array | None = None) -> pa.RecordBatch:
+                 payloads: Sequence[bytes] | pa.Array | None = None,
+                 types: Sequence[str] | None = None) -> pa.RecordBatch:
         """One record batch of ``events`` (instances of the layout's types, today's classes)
         with ``envelope``: a list or an Arrow array per envelope column but ``event_type``
-        (the events' type names)."""
+        (the events' type names: ``types`` when the caller has them)."""
         import pyarrow as pa
 
         schema = self.schema()
-        types = [type_name(e) for e in events]
+        if types is None:
+            types = type_names(events)
         arrays = []
         for f in schema:
             if f.name == "event_type":

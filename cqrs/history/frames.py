@@ -4,9 +4,11 @@ with the schemas of the schemas topic and upcast to today's classes; the same as
 DataFrame; temporary views for Spark SQL (``cqrs sql``); and the state of every aggregate of a
 type as of a time, folded by the aggregates' own appliers.
 
-The log is read by Spark's Kafka source in batch, from the start of each partition to its end
-at the call (the DataFrame is that snapshot: acting on it again reads the same records), or from
-an archive that :func:`cqrs.history.archive.write_archive` wrote (``source=PATH``).
+The log is read in batch from the start of each partition of the events topic to its end at
+the call (the DataFrame is that snapshot: acting on it again reads the same records), by tasks
+that read a partition each with librdkafka (:mod:`cqrs.history.log_source`), or from an archive
+that :func:`cqrs.history.archive.write_archive` wrote (``source=PATH``); the stream
+(:func:`log_stream`) by Spark's Kafka source.
 Each record goes through the history job's own functions (:mod:`cqrs.history.rows`: record ->
 history row -> :func:`~cqrs.history.rows.decode_row`), in the executors, so a row of the
 DataFrame is what :class:`~cqrs.history.HistoryReader` answers for that event; columns as
@@ -19,7 +21,6 @@ DataFrame is what :class:`~cqrs.history.HistoryReader` answers for that event; c
 from __future__ import annotations
 
 import datetime as _dt
-import itertools
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -32,7 +33,7 @@ from cqrs.domain.messages import type_name
 from cqrs.history.columns import (
     ENVELOPE_COLUMNS, EVENTS_VIEW, ROW_COLUMNS, EventLayout, LogTableError, StateLayout,
     aware_time, check_range, event_type_names, row_schema, rows_from_arrow, rows_to_arrow,
-    view_names, written_type_names,
+    type_names, view_names, written_type_names,
 )
 from cqrs.history.rows import HistoricState, HistoryRow, decode_row, fold
 from cqrs.topics import AppTopics, topics_for
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from cqrs.codec.registry import Codec
 
 __all__ = ["RECORD_COLUMNS", "LogSource", "LogSpec", "decode_records", "decode_rows",
-           "dedupe_records", "log_events", "log_stream", "log_table", "log_views", "spec_codec",
+           "decode_record_batch", "log_events", "log_stream", "log_table", "log_views", "spec_codec",
            "state_of", "states_as_of"]
 
 RECORD_COLUMNS: Final = ("key", "value", "headers", "partition", "offset", "timestamp")
@@ -256,88 +257,45 @@ def _history_rows(batch: Any) -> list[HistoryRow]:
     return HistoryRun.rows(records)[0]
 
 
-def dedupe_records(records: DataFrame) -> DataFrame:
-    """Kafka records (:data:`RECORD_COLUMNS`) ready for :func:`decode_records` to keep one per
-    aggregate type, aggregate id and version, the last written (what the history table keeps):
-    each partition sorted by those (headers and key) and offset, without
-    a shuffle, and the records without a key or version (not events) left out, as the history
-    job leaves them.
-
-    A record and its copies (a re-run batch writes the same events again) are in one partition
-    of the topic, which is keyed by aggregate id, and Spark's Kafka source reads a partition of
-    the topic as one task, so each task sees all the copies of its records; the copies end up
-    next to each other, and :func:`decode_records` keeps the last of each run."""
-    from pyspark.sql import functions as F
-
-    from cqrs.processor.job import header_expr
-
-    return (records.select(*RECORD_COLUMNS,
-                           F.expr(header_expr("cqrs.aggregate_type")).alias(_TYPE),
-                           F.expr(header_expr("cqrs.version")).cast("string").cast("long")
-                           .alias(_VERSION))
-            .where(F.col("key").isNotNull() & F.col(_VERSION).isNotNull())
-            .sortWithinPartitions(_TYPE, "key", _VERSION, "offset"))
-
-
 def decode_records(records: DataFrame, spec: LogSpec, names: tuple[str, ...], *, flat: bool,
                    payload: bool = False) -> DataFrame:
-    """Kafka records (:data:`RECORD_COLUMNS`; or :func:`dedupe_records`' frame, whose runs of
-    copies give way to their last) -> events of ``names`` in the columns of an
-    :class:`~cqrs.history.columns.EventLayout`, in one pass in the executors: the envelope of
-    lean events column at a time (:mod:`cqrs.history.batches`), any other batch record by
-    record as :func:`decode_rows` reads rows."""
+    """Kafka records (:data:`RECORD_COLUMNS`, as Spark's Kafka source reads them: the stream)
+    -> events of ``names`` in the columns of an :class:`~cqrs.history.columns.EventLayout`, in
+    one pass in the executors (:func:`decode_record_batch`)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from cqrs.loading import load_app
 
     layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
-    return records.mapInArrow(_decoder(spec, names, flat, payload, _decode_records),
+    return records.mapInArrow(_decoder(spec, names, flat, payload, decode_record_batch),
                               from_arrow_schema(layout.schema()))
 
 
-_TYPE, _VERSION = "_cqrs_type", "_cqrs_version"
-
-
-def _last_of_runs(held: Any, batch: Any) -> tuple[Any, Any]:
-    """The records of ``held`` (a record, or None) and ``batch`` that are the last of their run
-    of copies, but the last record, which is held for the next batch."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if held is not None:
-        batch = pa.concat_batches([held, batch])
-    n = batch.num_rows
-    if n == 0:
-        return batch, None
-    same = None
-    for c in (_TYPE, "key", _VERSION):
-        column = batch.column(c)
-        eq = pc.fill_null(pc.equal(column.slice(0, n - 1), column.slice(1)), False)
-        same = eq if same is None else pc.and_(same, eq)
-    keep = pc.invert(same) if same is not None else pa.array([], pa.bool_())
-    return batch.slice(0, n - 1).filter(keep), batch.slice(n - 1, 1)
-
-
-def _decode_records(batch: Any, codec: Codec, layout: EventLayout, wanted: set[str]) -> Any:
-    """A batch of Kafka records -> the layout's batch of the events of ``wanted`` types."""
+def decode_record_batch(batch: Any, codec: Codec, layout: EventLayout, wanted: set[str], *,
+                        derive_ids: bool = True) -> Any:
+    """A batch of Kafka records -> the layout's batch of the events of ``wanted`` types
+    (``derive_ids``: see :func:`~cqrs.history.batches.lean_event_columns`)."""
     import pyarrow as pa
 
     from cqrs.history.batches import lean_event_columns, writer_columns
 
-    columns = lean_event_columns(batch)
+    columns = lean_event_columns(batch, derive_ids=derive_ids)
     if columns is None:  # not all lean events: record by record
         return _decode_row_list(_history_rows(batch), codec, layout, wanted)
     payloads = columns["payload"].to_pylist()
     decoded = [codec.decode(p) for p in payloads]
-    keep = [i for i, e in enumerate(decoded) if type_name(e) in wanted]
+    types = type_names(decoded)
+    keep = [i for i, t in enumerate(types) if t in wanted]
     kinds, versions = writer_columns(payloads, codec.writer_of)
     if len(keep) < len(decoded):
         taken = pa.array(keep, pa.int64())
         columns = {k: v.take(taken) for k, v in columns.items()}
         decoded = [decoded[i] for i in keep]
+        types = [types[i] for i in keep]
         kinds, versions = [kinds[i] for i in keep], [versions[i] for i in keep]
     columns["schema_type"], columns["schema_version"] = kinds, versions
-    return layout.batch_of(columns, decoded, columns["payload"] if layout.payload else None)
+    return layout.batch_of(columns, decoded, columns["payload"] if layout.payload else None,
+                           types)
 
 
 def _archive_rows(spark: SparkSession, path: str, written_types: Iterable[str] | None,
@@ -397,8 +355,7 @@ def _decoder(spec: LogSpec, names: tuple[str, ...], flat: bool, payload: bool,
              decode: Callable[[Any, Codec, EventLayout, set[str]], Any]
              ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The executors' function of a decoding ``mapInArrow``: each Arrow batch -> the layout's
-    batch, by ``decode``; a :func:`dedupe_records` frame's runs of copies give way to their last
-    first."""
+    batch, by ``decode``."""
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         from cqrs.collector import paused
         from cqrs.loading import load_app
@@ -406,13 +363,8 @@ def _decoder(spec: LogSpec, names: tuple[str, ...], flat: bool, payload: bool,
         codec = spec_codec(spec)
         layout = EventLayout(load_app(spec.app_ref), names, flat=flat, payload=payload)
         wanted = set(names)
-        held = None  # a deduplicated frame's last record, until the next batch shows its run ended
-        for batch in itertools.chain(batches, [None]):
-            if batch is None:  # the end: the record held is the last of its run
-                batch, held = held, None
-            elif _TYPE in batch.schema.names:
-                batch, held = _last_of_runs(held, batch)
-            if batch is not None and batch.num_rows:
+        for batch in batches:
+            if batch.num_rows:
                 with paused():  # tens of thousands of objects a batch, and no cycles
                     out = decode(batch, codec, layout, wanted)
                 yield out
@@ -442,8 +394,10 @@ def log_table(spark: SparkSession, app: App | str, *,
     and before ``until``. ``source``: the folder of an archive (:func:`~cqrs.history.archive.
     write_archive`) instead of the events topic. ``dedupe`` (default): one row per aggregate and
     version (the copies a re-run batch wrote give way to the last one, as in the history table;
-    costs a sort of each topic partition, see :func:`dedupe_records`). Events written by older classes show in today's shape (the app's
-    upcasters); ``schema_type`` and ``schema_version`` say what they were written with."""
+    see :mod:`cqrs.history.log_source`). Events written by older classes show in today's shape
+    (the app's upcasters); ``schema_type`` and ``schema_version`` say what they were written
+    with. ``event_id``, which the processor's events do not carry, is derived by Spark when a
+    query reads it."""
     since, until = aware_time(since, "since"), aware_time(until, "until")
     check_range(since, until)
     src = LogSource.open(spark, app, cfg=cfg, topics=topics, source=source)
@@ -462,10 +416,12 @@ def log_events(spark: SparkSession, src: LogSource, names: tuple[str, ...], *, f
     if src.path is not None:
         return decode_rows(src.rows(spark, written_types=written, since=since, until=until),
                            src.spec, names, flat=flat, payload=payload)
-    records = src.records(spark, written_types=written, since=since, until=until)
-    if dedupe:
-        records = dedupe_records(records)
-    return decode_records(records, src.spec, names, flat=flat, payload=payload)
+    from cqrs.history.log_source import log_read_frame
+
+    assert src.topic is not None and src.marks is not None
+    return log_read_frame(spark, src.spec, src.topic, src.marks, names, flat=flat,
+                          payload=payload, written_types=written, since=since, until=until,
+                          dedupe=dedupe)
 
 
 def log_stream(spark: SparkSession, app: App | str, *,

@@ -25,7 +25,7 @@ from cqrs.history.columns import (
 from cqrs.domain.messages import type_name
 from cqrs.history.batches import lean_event_columns
 from cqrs.history.frames import (
-    RECORD_COLUMNS, _decode_records, _history_rows, _last_of_runs, state_of,
+    RECORD_COLUMNS, decode_record_batch, _history_rows, state_of,
 )
 from cqrs.loading import AppReferenceError, app_reference
 from cqrs.testing.example import Account, CloseAccount, Deposit, OpenAccount, Withdraw
@@ -208,7 +208,7 @@ def test_lean_events_read_column_at_a_time_as_record_by_record(ann: LocalRunner,
     layout = EventLayout(app, names, flat=flat)
     batch = _kafka_batch(records)
     assert lean_event_columns(batch) is not None  # the column path is the one taken
-    got = _decode_records(batch, app.codec, layout, set(names)).to_pylist()
+    got = decode_record_batch(batch, app.codec, layout, set(names)).to_pylist()
     assert got == _exact(records, layout) and len(got) == (2 if flat else len(records))
 
 
@@ -229,28 +229,8 @@ def test_a_batch_with_a_record_the_column_path_does_not_read_is_read_record_by_r
         batch = _kafka_batch([*records, record])
         assert lean_event_columns(batch) is None
         wanted = set(layout.names)
-        assert _decode_records(batch, app.codec, layout, wanted).to_pylist() == _exact(
+        assert decode_record_batch(batch, app.codec, layout, wanted).to_pylist() == _exact(
             [*records, record], layout)
-
-
-def test_copies_next_to_each_other_give_way_to_the_last_across_batches() -> None:
-    def batch(rows: list[tuple[str, str, int, int]]) -> pa.RecordBatch:
-        t, k, v, o = zip(*rows, strict=True) if rows else ((), (), (), ())
-        return pa.RecordBatch.from_arrays(
-            [pa.array(t, pa.string()), pa.array([x.encode() for x in k], pa.binary()),
-             pa.array(v, pa.int64()), pa.array(o, pa.int64())],
-            names=["_cqrs_type", "key", "_cqrs_version", "offset"])
-
-    batches = [batch([("A", "a", 1, 0), ("A", "a", 1, 5), ("A", "a", 2, 1)]),
-               batch([("A", "a", 2, 6), ("A", "b", 1, 2)]), batch([]),
-               batch([("A", "b", 1, 7)]), batch([("B", "b", 1, 3)])]
-    kept, held = [], None
-    for b in batches:
-        out, held = _last_of_runs(held, b)
-        kept += out.column("offset").to_pylist()
-    assert held is not None
-    kept += held.column("offset").to_pylist()
-    assert kept == [5, 6, 7, 3]
 
 
 def test_a_state_folds_the_dense_prefix_of_its_rows(ann: LocalRunner) -> None:
