@@ -32,7 +32,7 @@ from cqrs.config import CqrsConfig, cache_key, load_config
 from cqrs.domain.messages import type_name
 from cqrs.history.columns import (
     ENVELOPE_COLUMNS, EVENTS_VIEW, ROW_COLUMNS, EventLayout, LogTableError, StateLayout,
-    aware_time, check_range, event_type_names, row_schema, rows_from_arrow, rows_to_arrow,
+    aware_time, check_range, event_type_names, row_schema, rows_from_arrow,
     type_names, view_names, written_type_names,
 )
 from cqrs.history.rows import HistoricState, HistoryRow, decode_row, fold
@@ -170,30 +170,13 @@ class LogSource:
         if self.path is not None:
             return _archive_rows(spark, self.path, written_types, aggregate_type, since, until,
                                  until_inclusive)
-        return _record_rows(self.records(spark, written_types=written_types,
-                                         aggregate_type=aggregate_type, since=since, until=until,
-                                         until_inclusive=until_inclusive))
+        from cqrs.history.log_source import log_read_frame
 
-    def records(self, spark: SparkSession, *, written_types: Iterable[str] | None = None,
-                aggregate_type: str | None = None, since: _dt.datetime | None = None,
-                until: _dt.datetime | None = None, until_inclusive: bool = False) -> DataFrame:
-        """The events topic's records (:data:`RECORD_COLUMNS`, not decoded) that :meth:`rows`
-        makes rows of; the topic only (an archive keeps rows)."""
-        if self.topic is None or self.marks is None:
-            raise LogTableError(f"the log at {self.path} is an archive: it keeps history rows, "
-                                "not Kafka records (read it with rows())")
-        frame = (spark.read.format("kafka").options(**self.spec.cfg.kafka.spark_options())
-                 .option("subscribe", self.topic)
-                 .option("startingOffsets", _offsets_json(self.topic, self.marks, 0))
-                 .option("endingOffsets", _offsets_json(self.topic, self.marks, 1))
-                 .option("includeHeaders", "true")
-                 .load())
-        return _filtered_records(frame, written_types, aggregate_type, since, until,
-                                 until_inclusive)
-
-
-def _offsets_json(topic: str, marks: dict[int, tuple[int, int]], which: int) -> str:
-    return json.dumps({topic: {str(p): lh[which] for p, lh in marks.items()}})
+        assert self.topic is not None and self.marks is not None
+        return log_read_frame(spark, self.spec, self.topic, self.marks, (), flat=False,
+                              payload=False, written_types=written_types,
+                              aggregate_type=aggregate_type, since=since, until=until,
+                              until_inclusive=until_inclusive, rows=True)
 
 
 def _filtered_records(frame: DataFrame, written_types: Iterable[str] | None,
@@ -218,18 +201,6 @@ def _filtered_records(frame: DataFrame, written_types: Iterable[str] | None,
         frame = frame.where(F.col("timestamp") <= F.lit(until) if until_inclusive
                             else F.col("timestamp") < F.lit(until))
     return frame.select(*RECORD_COLUMNS)
-
-
-def _record_rows(records: DataFrame) -> DataFrame:
-    """Kafka records (:data:`RECORD_COLUMNS`) -> history rows, in the executors."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return records.mapInArrow(_records_to_rows, from_arrow_schema(row_schema()))
-
-
-def _records_to_rows(batches: Iterator[Any]) -> Iterator[Any]:
-    for batch in batches:
-        yield rows_to_arrow(_history_rows(batch))
 
 
 def _history_rows(batch: Any) -> list[HistoryRow]:

@@ -59,6 +59,7 @@ class LogRead:
     until_us: int | None = None  # before (at or before: until_inclusive)
     until_inclusive: bool = False
     dedupe: bool = True
+    rows: bool = False  # history rows (ROW_COLUMNS) instead of the layout's decoded events
     chunk: int = CHUNK
 
 
@@ -74,20 +75,21 @@ def log_read_frame(spark: SparkSession, spec: LogSpec, topic: str,
                    payload: bool, written_types: Iterable[str] | None = None,
                    aggregate_type: str | None = None, since: _dt.datetime | None = None,
                    until: _dt.datetime | None = None, until_inclusive: bool = False,
-                   dedupe: bool = True) -> DataFrame:
+                   dedupe: bool = True, rows: bool = False) -> DataFrame:
     """The events of ``names`` in the columns of an :class:`~cqrs.history.columns.EventLayout`
-    read from ``topic`` between ``marks`` (see :class:`LogRead` for the rest)."""
+    read from ``topic`` between ``marks``, or (``rows``) their history rows (see
+    :class:`LogRead` for the rest)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from cqrs.history.columns import EventLayout, event_id_sql
+    from cqrs.history.columns import EventLayout, event_id_sql, row_schema
     from cqrs.loading import load_app
 
     read = LogRead(spec, topic, tuple(names), flat, payload,
                    None if written_types is None else tuple(sorted(written_types)),
-                   aggregate_type, _us(since), _us(until), until_inclusive, dedupe)
-    schema = from_arrow_schema(EventLayout(load_app(spec.app_ref), read.names, flat=flat,
-                                           payload=payload).schema())
+                   aggregate_type, _us(since), _us(until), until_inclusive, dedupe, rows)
+    schema = from_arrow_schema(row_schema() if rows else EventLayout(
+        load_app(spec.app_ref), read.names, flat=flat, payload=payload).schema())
     parts = [(p, low, high) for p, (low, high) in sorted(marks.items()) if high > low]
     if not parts:
         return spark.createDataFrame([], schema)
@@ -97,6 +99,8 @@ def log_read_frame(spark: SparkSession, spec: LogSpec, topic: str,
     # session's first query)
     frame = spark.range(len(parts), numPartitions=len(parts)).mapInArrow(
         _reader(read, parts), schema)
+    if rows:
+        return frame
     # the ids lean events do not carry, derived by Spark: only when a query reads them
     return frame.withColumn("event_id", F.coalesce(F.col("event_id"), F.expr(event_id_sql())))
 
@@ -117,8 +121,8 @@ def read_partition(read: LogRead, partition: int, low: int, high: int
     """The events of ``[low, high)`` of a partition of the topic, decoded into the layout's
     batches (a chunk each), the last chunk first."""
     from cqrs.collector import paused
-    from cqrs.history.columns import EventLayout
-    from cqrs.history.frames import decode_record_batch, spec_codec
+    from cqrs.history.columns import EventLayout, rows_to_arrow
+    from cqrs.history.frames import _history_rows, decode_record_batch, spec_codec
     from cqrs.kafka_io import make_consumer
     from cqrs.loading import load_app
 
@@ -137,8 +141,12 @@ def read_partition(read: LogRead, partition: int, low: int, high: int
             messages = _consume(consumer, read.topic, partition, start, end)
             with paused():  # tens of thousands of objects a chunk, and no cycles
                 batch = record_batch(messages, partition, read, seen)
-                out = decode_record_batch(batch, codec, layout, wanted, derive_ids=False) \
-                    if batch.num_rows else None
+                if not batch.num_rows:
+                    out = None
+                elif read.rows:
+                    out = rows_to_arrow(_history_rows(batch))
+                else:
+                    out = decode_record_batch(batch, codec, layout, wanted, derive_ids=False)
             if out is not None and out.num_rows:
                 yield out
     finally:
