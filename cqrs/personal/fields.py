@@ -17,7 +17,7 @@ import attrs
 from cqrs.domain.personal import PersonalFields
 from cqrs.errors import EncodeError, MissingKeyStoreError, TamperedDataError
 from cqrs.personal.cipher import open_sealed, parse_sealed, remember, seal_text
-from cqrs.personal.keys import KeyStore
+from cqrs.personal.keys import KeyCache, KeyStore
 
 __all__ = ["FieldSealer"]
 
@@ -82,6 +82,18 @@ class FieldSealer:
         these field names) cost a dict look-up (the key's memo, see seal_text; don't change
         what it returns)."""
         values = self._get(obj)
+        subject = getattr(obj, self.subject, None)
+        if type(self.key_store) is KeyCache and type(subject) is str and subject:
+            # the usual case first: values this subject's cached key sealed lately (they were
+            # checked then); no key is made or asked for here
+            cached = self.key_store.cached(subject)
+            try:
+                found = None if cached is None else cached._sealed.get(  # noqa: SLF001
+                    (self.names, values, subject))
+            except TypeError:  # an unhashable value: the checks below say what
+                found = None
+            if found is not None:
+                return found  # type: ignore[no-any-return]
         plain = False
         for value, replacement in zip(values, self._replacements):
             if not value or value == replacement:

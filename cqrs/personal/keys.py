@@ -163,7 +163,20 @@ class KeyCache(KeyStore):
         load = self.store.get_or_create_many if create else self.store.get_many
         return self._through(subjects, load, self.ttl_s / 2)
 
-    def _fresh(self, subject: str) -> SubjectKey | None:
+    def fresh_after(self) -> float:
+        """The clock reading after which a key loaded needs no reading again before a batch
+        (half the TTL ago, as :meth:`prefetch` has it)."""
+        return self._clock() - self.ttl_s / 2
+
+    def recent_key_id(self, subject: str | None, loaded_after: float) -> bytes | None:
+        """The id of ``subject``'s cached key if it was loaded after ``loaded_after`` (a
+        :meth:`fresh_after` reading), else None: no request, no lock. A key dropped (forgotten
+        through this cache, or found changed) is no longer cached, so a state decided with it
+        does not match."""
+        entry = self._keys.get(subject)  # type: ignore[arg-type]
+        return entry[0].key_id if entry is not None and entry[1] > loaded_after else None
+
+    def cached(self, subject: str) -> SubjectKey | None:
         """``subject``'s cached key if it is fresh (the path of every sealed message: no lock,
         each dict operation is atomic on its own)."""
         entry = self._keys.get(subject)
@@ -176,10 +189,10 @@ class KeyCache(KeyStore):
         return entry[0]
 
     def get(self, subject: str) -> SubjectKey | None:
-        return self._fresh(subject) or self.get_many((subject,)).get(subject)
+        return self.cached(subject) or self.get_many((subject,)).get(subject)
 
     def get_or_create(self, subject: str) -> SubjectKey:
-        entry = self._keys.get(subject)  # _fresh, inline: the path of every sealed message
+        entry = self._keys.get(subject)  # cached(), inline: the path of every sealed message
         if entry is not None and entry[1] > self._clock() - self.ttl_s:
             try:
                 self._keys.move_to_end(subject)

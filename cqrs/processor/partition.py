@@ -44,6 +44,7 @@ from cqrs.config import CqrsConfig
 from cqrs.envelope import CONTENT_TYPE, MAX_AGGREGATE_ID_BYTES, Envelope, read_command
 from cqrs.errors import CqrsError
 from cqrs.budget import Watch
+from cqrs.personal.keys import KeyCache
 from cqrs.processor.lanes import Decider, Item, Lane, Lanes, decide_items
 from cqrs.processor.state_table import HELD_MARK, Position, StateTable, StoredAggregate
 from cqrs.processor.step import (
@@ -127,8 +128,9 @@ class _Cached:
     record: AggregateRecord
     decoded: Any  # the aggregate object, or UNDECODED
     # the id of the key its subject had when it was decided (an aggregate with personal
-    # fields; None: not known, or none): see _batch_keys
+    # fields; None: not known, or none), and that subject: see _batch_keys
     key_id: bytes | None = None
+    subject: str | None = None
 
 
 class StateCache:
@@ -480,6 +482,10 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
     step = worker.step
     codec = step.codec
     peek, subject_of = codec.peek_subject, codec.subject_of
+    # a cached state whose key the key cache loaded less than half its TTL ago, and holds
+    # still, needs neither the look-up nor the check (what prefetch would find): a dict look-up
+    recent = codec.key_store.recent_key_id if isinstance(codec.key_store, KeyCache) else None
+    loaded_after = codec.key_store.fresh_after() if recent is not None else 0.0
     personal = worker.personal_types  # the commands' own: read only those with personal fields
     subjects = codec.subjects_in([rec.payload for g in grouped for records in g.groups.values()
                                   for rec in records if rec.envelope is not None and
@@ -489,6 +495,9 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
         for key in g.groups:
             hit = g.cache.get(key)
             if hit is not None:
+                if hit.key_id is not None and recent is not None and \
+                        recent(hit.subject, loaded_after) == hit.key_id:
+                    continue
                 if (subject := subject_of(hit.decoded)) is not None:
                     subjects.add(subject)
                     held.append((g, key, subject, hit))
@@ -773,8 +782,10 @@ def _decide(worker: Worker, grouped: list[_Grouped],
             (row.commands if row is not None else 0) + len(item.records))
         slot.rows.append(new_row)
         cache = grouped[item.slice_index].cache
+        subject = None if keys is None else step.codec.subject_of(result.state)
         cache[item.key] = _Cached(new_row, result.record, result.state,
-                                  None if keys is None else state_key_id(step, keys, result.state))
+                                  None if subject is None
+                                  else state_key_id(step, keys, result.state, subject), subject)
         cache.move_to_end(item.key)
     stats.aggregates += len(items)
     stats.cache_hits += hits
@@ -783,12 +794,14 @@ def _decide(worker: Worker, grouped: list[_Grouped],
     return pending
 
 
-def state_key_id(step: AggregateStep, keys: dict[str, Any], state: Any) -> bytes | None:
+def state_key_id(step: AggregateStep, keys: dict[str, Any], state: Any,
+                 subject: str | None = None) -> bytes | None:
     """The id of the key ``state`` (an aggregate with personal fields) was sealed with: its
     subject's key as the slice's look-up found it (the key cache's, for a subject that first
     appeared in the decision). Kept with a cached decoded state, which holds its personal
-    values in clear, to tell whether its subject was forgotten since (:func:`key_changed`)."""
-    subject = step.codec.subject_of(state)
+    values in clear, to tell whether its subject was forgotten since (:func:`key_changed`).
+    ``subject``: the state's, when the caller has it."""
+    subject = subject or step.codec.subject_of(state)
     if subject is None or step.codec.key_store is None:
         return None
     key = keys.get(subject) or step.codec.key_store.get(subject)
