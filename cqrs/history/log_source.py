@@ -269,11 +269,14 @@ def record_batch(messages: Sequence[Any], partition: int, read: LogRead,
         aggregate_types = header_values(headers, _AGGREGATE_TYPE)
     if read.aggregate_type is not None:
         keep = _and(keep, pc.equal(aggregate_types, read.aggregate_type.encode()))
-    if seen is not None:
-        keep = _and(keep, pa.array(_last_written(
+    if keep is not None:
+        keep = pc.fill_null(keep, False)
+    if seen is not None:  # among the records the filters kept, as the history table of them
+        keep = pa.array(_last_written(
             batch.column("key").to_pylist(), aggregate_types.to_pylist(),
-            _versions(header_values(headers, _VERSION)), seen), pa.bool_()))
-    return batch if keep is None else batch.filter(pc.fill_null(keep, False))
+            _versions(header_values(headers, _VERSION)),
+            None if keep is None else keep.to_pylist(), seen), pa.bool_())
+    return batch if keep is None else batch.filter(keep)
 
 
 def _and(a: pa.Array | None, b: pa.Array) -> pa.Array:
@@ -283,14 +286,16 @@ def _and(a: pa.Array | None, b: pa.Array) -> pa.Array:
 
 
 def _last_written(keys: list[bytes | None], aggregate_types: list[bytes | None],
-                  versions: list[int | None], seen: Seen) -> list[bool]:
-    """Whether each record is the last written of its aggregate and version (``seen`` holds
-    the later chunks'); none without a key or a version."""
+                  versions: list[int | None], wanted: list[bool] | None, seen: Seen
+                  ) -> list[bool]:
+    """Whether each record (of those ``wanted``: all when None) is the last written of its
+    aggregate and version (``seen`` holds the later chunks'); none without a key or a
+    version."""
     keep = [False] * len(keys)
     first = seen.first
     for i in range(len(keys) - 1, -1, -1):  # backwards: the last written comes first
         key, version = keys[i], versions[i]
-        if key is not None and version is not None:
+        if key is not None and version is not None and (wanted is None or wanted[i]):
             keep[i] = first((aggregate_types[i] or b"", key), version)
     return keep
 

@@ -83,7 +83,7 @@ class FieldSealer:
         what it returns)."""
         values = self._get(obj)
         subject = getattr(obj, self.subject, None)
-        if type(self.key_store) is KeyCache and type(subject) is str and subject:
+        if isinstance(self.key_store, KeyCache) and type(subject) is str and subject:
             # the usual case first: values this subject's cached key sealed lately (they were
             # checked then); no key is made or asked for here
             cached = self.key_store.cached(subject)

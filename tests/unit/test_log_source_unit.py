@@ -154,3 +154,14 @@ def test_read_backwards_the_last_written_of_each_version_is_kept(
         if key is not None and version is not None:
             last[(key, kind, version)] = i
     assert sorted(kept) == sorted(last.values())
+
+
+def test_a_copy_outside_the_time_asked_for_does_not_hide_the_one_inside() -> None:
+    """The filters first, then the last written of what they kept (as the history table of a
+    range, and states_as_of before a time, read it): a re-run's copy recorded after ``until``
+    leaves the version's first copy, recorded before it."""
+    headers = [("cqrs.aggregate_type", b"A"), ("cqrs.version", b"1")]
+    messages = [Message(_record(0, headers, ms=1_000)), Message(_record(1, headers, ms=5_000))]
+    before = record_batch(messages, 0, _read(until_us=2_000_000), Seen())
+    assert before.column("offset").to_pylist() == [0]
+    assert record_batch(messages, 0, _read(), Seen()).column("offset").to_pylist() == [1]
