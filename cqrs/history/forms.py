@@ -10,14 +10,17 @@ from cqrs.history.rows import HistoryEvent, HistoryRangeError
 __all__ = ["event_json", "parse_time"]
 
 
-def event_json(e: HistoryEvent) -> dict[str, Any]:
+def event_json(e: HistoryEvent, *, text_times: bool = True) -> dict[str, Any]:
     """A :class:`~cqrs.history.HistoryEvent` as JSON (what ``GET /aggregates/{id}/events`` and
     ``cqrs history --json`` write): the envelope, and ``data``, the event's fields in the JSON
-    forms of :func:`cqrs.client.to_jsonable`."""
+    forms of :func:`cqrs.client.to_jsonable`. The two times are ISO-8601 text; with
+    ``text_times=False`` they stay timezone-aware datetimes, for a renderer that writes them as
+    the same text itself (orjson does, ~40x cheaper than ``isoformat``)."""
     from cqrs.client.json_commands import to_jsonable
 
     return {"version": e.version, "event_id": e.event_id, "type": e.event_type,
-            "timestamp": e.timestamp.isoformat(), "recorded_at": e.recorded_at.isoformat(),
+            "timestamp": e.timestamp.isoformat() if text_times else e.timestamp,
+            "recorded_at": e.recorded_at.isoformat() if text_times else e.recorded_at,
             "command_id": e.command_id, "correlation_id": e.correlation_id,
             "causation_id": e.causation_id, "schema_version": e.schema_version,
             "aggregate_type": e.aggregate_type, "aggregate_id": e.aggregate_id,

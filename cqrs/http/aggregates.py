@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from cqrs.client.json_commands import to_jsonable
 from cqrs.collector import paused
 from cqrs.http.context import HttpContext
+from cqrs.http.fast_json import FastJSONResponse
 
 __all__ = ["routes"]
 
@@ -97,14 +98,16 @@ def routes(ctx: HttpContext) -> APIRouter:
         if (bad := unknown_type(type)) is not None:
             return bad
         def page_response() -> JSONResponse:
-            """Read, convert and render (plain JSON values already, as they are) in a worker
-            thread: ~10 ms of CPU for 1,000 events that would otherwise hold the event loop."""
+            """Read, convert and render (plain JSON values already, as they are; orjson) in a
+            worker thread: milliseconds of CPU for 1,000 events that would otherwise hold the
+            event loop."""
             page = ctx.history.events(aggregate_id, type, from_version=from_version, limit=limit,
                                       page_token=page_token)
             with paused():
-                return JSONResponse({"aggregate_id": aggregate_id,
-                                     "events": [event_json(e) for e in page.events],
-                                     "next_page_token": page.next_page_token})
+                return FastJSONResponse({"aggregate_id": aggregate_id,
+                                         "events": [event_json(e, text_times=False)
+                                                    for e in page.events],
+                                         "next_page_token": page.next_page_token})
 
         return await run_in_threadpool(page_response)
 

@@ -277,6 +277,15 @@ def test_http_events_page_with_tokens(http: Any) -> None:
     assert http.get("/aggregates/nobody/events").json()["events"] == []
 
 
+def test_http_events_are_the_json_forms_the_cli_writes(http: Any, ann: LocalRunner) -> None:
+    """The page hands its times to orjson unformatted: the text must still be event_json's."""
+    from cqrs.history.forms import event_json
+
+    page = reader_over(history_rows(ann)).events("acc-1", limit=10)
+    assert http.get("/aggregates/acc-1/events", params={"limit": 10}).json()["events"] == \
+        [event_json(e) for e in page.events]
+
+
 def test_http_state_at_a_version_or_a_time(http: Any) -> None:
     r = http.get("/aggregates/acc-1", params={"at_version": 2})
     assert r.status_code == 200 and r.json()["state"]["balance"] == 10 and r.json()["version"] == 2
