@@ -53,7 +53,8 @@ from harness import (  # noqa: E402
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
 from cqrs.history import HistoryReader, log_table, states_as_of  # noqa: E402
 from cqrs.history.job import HistoryOptions, start_history  # noqa: E402
-from cqrs.processor.job import ProcessorOptions, start_processor  # noqa: E402
+from cqrs.processor.job import start_processor  # noqa: E402
+from cqrs.processor.workers import ProcessorOptions  # noqa: E402
 from cqrs.processor.state import StateReader  # noqa: E402
 from cqrs.spark_session import spark_session  # noqa: E402
 from cqrs.testing.example import Account, Deposit, OpenAccount  # noqa: E402

@@ -76,7 +76,8 @@ import attrs  # noqa: E402
 
 from cqrs.app import App  # noqa: E402
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
-from cqrs.processor.job import ProcessorOptions, start_processor  # noqa: E402
+from cqrs.processor.job import start_processor  # noqa: E402
+from cqrs.processor.workers import ProcessorOptions  # noqa: E402
 from cqrs.processor.partition import SliceStats  # noqa: E402
 from cqrs.spark_session import spark_session  # noqa: E402
 from cqrs.testing.example import Deposit, OpenAccount  # noqa: E402
