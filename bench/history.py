@@ -101,7 +101,7 @@ def _timed(calls: int, fn: Any, check: Any = None) -> list[float]:
 
 
 def one_aggregate(spark: Any, cfg: CqrsConfig, hot: int, reads: int,
-                  quiet: bool = True) -> dict[str, Any]:
+                  wait_quiet: bool = True) -> dict[str, Any]:
     topics = fresh_topics(cfg, app.name, "history-hot")
     cfg = _prefixed(cfg, topics)
     announce(f"one aggregate with {hot:,} events")
@@ -116,7 +116,7 @@ def one_aggregate(spark: Any, cfg: CqrsConfig, hot: int, reads: int,
     rng = random.Random(7)
     out: dict[str, Any] = {"events": hot, "processor_s": round(seconds, 2),
                            "history_job_s": round(history_s, 2)}
-    if quiet:
+    if wait_quiet:
         settle()
     out["load_reads"] = announce("reading its history")
     with HistoryReader(app, cfg, topics=topics) as history:
@@ -140,7 +140,7 @@ def one_aggregate(spark: Any, cfg: CqrsConfig, hot: int, reads: int,
 
 
 def whole_log(spark: Any, cfg: CqrsConfig, events: int, aggregates: int,
-              quiet: bool = True) -> dict[str, Any]:
+              wait_quiet: bool = True) -> dict[str, Any]:
     topics = fresh_topics(cfg, app.name, "history-log")
     cfg = _prefixed(cfg, topics)
     ids = [f"acc-{a}" for a in range(aggregates)]
@@ -152,7 +152,7 @@ def whole_log(spark: Any, cfg: CqrsConfig, events: int, aggregates: int,
                            "processor_s": round(processor_s, 2)}
     print(f"processor: {processor_s:.1f}s", flush=True)
 
-    if quiet:
+    if wait_quiet:
         settle()  # Cassandra compacts the state rows the processor just wrote
     out["log_table"] = []
     for call in ("first call", "again"):  # the first starts the executors' Python workers
