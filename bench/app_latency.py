@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="how long to send (30)")
     parser.add_argument("--no-projectors", action="store_true", help="run the app without them")
     parser.add_argument("--port", type=int, default=19555, help="the app's status port")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS,
+                        help="folder of the JSON results (default bench/results)")
     args = parser.parse_args(argv)
 
     tag = uuid.uuid4().hex[:8]
@@ -127,8 +129,8 @@ def main(argv: list[str] | None = None) -> None:
            "seconds": args.seconds, "projectors": not args.no_projectors}
     print(f"RESULT {row['trips']} round trips: p50 {row['p50_s']:.0f} ms, p99 {row['p99_s']:.0f} ms, "
           f"max {row['max_s']:.0f} ms; micro-batches {row['batches']}", flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out_path = RESULTS / f"app-latency-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    out_path = args.results_dir / f"app-latency-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out_path.write_text(json.dumps({"meta": {"bench": "app_latency", "argv": sys.argv[1:],
                                              "machine": platform.node(), "cpus": os.cpu_count()},
                                     "rows": [row]}, indent=1))

@@ -34,12 +34,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from harness import fresh_topics, remove_fresh  # noqa: E402
 
 from cqrs.client import CommandClient, Outgoing  # noqa: E402
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
 from cqrs.testing.example import Deposit, OpenAccount  # noqa: E402
 from cqrs.testing.example_app import app  # noqa: E402
-from cqrs.topics import ensure_topics, topics_for  # noqa: E402
 
 APP_REF = "cqrs.testing.example_app:app"
 WAIT_S = 300.0
@@ -113,12 +115,11 @@ def main() -> None:
     args = parser.parse_args()
 
     cfg = load_config()
-    prefix = f"bench-client-{uuid.uuid4().hex[:8]}-"
+    prefix = fresh_topics(cfg, app.name, "client").base.removesuffix(app.name)  # removed at the end
     cfg = cfg.with_overrides(kafka={"topic_prefix": prefix})
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"Spark master {cfg.spark.master}, {cfg.kafka.default_partitions} results partitions",
           flush=True)
-    ensure_topics(cfg, topics_for(app.name, prefix))
     log = Path(f"/tmp/{prefix}processor.log")
     processor = start_processor(cfg, prefix, log)
     try:
@@ -133,6 +134,7 @@ def main() -> None:
     finally:
         os.killpg(processor.pid, 15)
         processor.wait(timeout=120)
+        remove_fresh(cfg)
 
 
 if __name__ == "__main__":

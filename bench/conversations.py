@@ -244,6 +244,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="untimed conversations first (JVMs and Python warm up under load)")
     parser.add_argument("--port", type=int, default=18093, help="the app's metrics port")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--img", type=Path, default=IMG, help="the plot's file (default "
+                        "docs/img/conversations.png)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS,
+                        help="folder of the JSON results (default bench/results)")
     args = parser.parse_args(argv)
 
     cfg = load_config()
@@ -300,12 +304,12 @@ def main(argv: list[str] | None = None) -> None:
     meta = {"bench": "conversations", "time": started_at, "argv": sys.argv[1:],
             "machine": platform.node(), "cpus": os.cpu_count(),
             "load_after": [round(x, 2) for x in os.getloadavg()]}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"conversations-{started_at}.json"
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    out = args.results_dir / f"conversations-{started_at}.json"
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"\nresults: {out}")
     if not args.no_plot:
-        path = plot(rows, IMG, f"lending conversations under `cqrs run app` ({started_at}, "
+        path = plot(rows, args.img, f"lending conversations under `cqrs run app` ({started_at}, "
                     f"{os.cpu_count()} cores)")
         if path:
             print(f"plot: {path}")

@@ -104,7 +104,8 @@ class Fired(ResultWatcher):
         self.consumer.close()
 
 
-def firing(cfg: CqrsConfig, count: int, rate: float, lead_s: float, kill: bool) -> dict[str, Any]:
+def firing(cfg: CqrsConfig, count: int, rate: float, lead_s: float, kill: bool,
+           watch_after_s: float = 5.0) -> dict[str, Any]:
     topics = fresh_topics(cfg, app.name, "deadlines")
     prefix = topics.base.removesuffix(app.name)
     cfg = cfg.with_overrides(kafka={"topic_prefix": prefix})
@@ -163,7 +164,7 @@ def firing(cfg: CqrsConfig, count: int, rate: float, lead_s: float, kill: bool) 
             proc = start_app(cfg, prefix, log, *args)
         last_due = max(due_ms.values()) / 1000
         watcher.wait_for(list(expected), max(600.0, last_due - time.time() + 600), "deadlines fired")
-        time.sleep(5)  # anything fired twice or wrongly would show by now
+        time.sleep(watch_after_s)  # anything fired twice or wrongly would show by now
         with watcher.lock:
             firsts, again = dict(watcher.firsts), dict(watcher.again)
             arrived = dict(watcher.arrived)
@@ -189,7 +190,7 @@ def firing(cfg: CqrsConfig, count: int, rate: float, lead_s: float, kill: bool) 
         remove_fresh(cfg)
 
 
-def idle(cfg: CqrsConfig, pending: int, seconds: float) -> dict[str, Any]:
+def idle(cfg: CqrsConfig, pending: int, seconds: float, start_s: float = 15.0) -> dict[str, Any]:
     from cqrs.scheduler.records import StoredDeadline
     from cqrs.scheduler.store import open_deadline_store
 
@@ -217,7 +218,7 @@ def idle(cfg: CqrsConfig, pending: int, seconds: float) -> dict[str, Any]:
     env_cfg = cfg.with_overrides(kafka={"topic_prefix": prefix})
     proc = start_app(env_cfg, prefix, log, "run", "scheduler", APP_REF)
     try:
-        time.sleep(15)  # past its start (imports, Cassandra and Kafka connections)
+        time.sleep(start_s)  # past its start (imports, Cassandra and Kafka connections)
         load = announce(f"cqrs run scheduler over {pending:,} pending deadlines, none due, "
                         f"for {seconds:g} s")
         cpu0, t1 = tree_cpu_s(proc.pid), time.monotonic()
@@ -242,6 +243,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle", type=int, default=1_000_000, help="pending deadlines for the idle "
                         "cost (0: skip)")
     parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument("--idle-start", type=float, default=15.0,
+                        help="seconds the scheduler is given to start before its CPU is counted "
+                             "(imports, Cassandra and Kafka connections; default 15)")
+    parser.add_argument("--watch-after", type=float, default=5.0,
+                        help="seconds the results are still watched once every deadline fired, "
+                             "for any fired twice or wrongly (default 5)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS,
+                        help="folder of the JSON results (default bench/results)")
     parser.add_argument("--no-firing", action="store_true", help="only the idle cost")
     args = parser.parse_args(argv)
     cfg = load_config()
@@ -249,15 +258,15 @@ def main(argv: list[str] | None = None) -> None:
     rows: dict[str, Any] = {}
     if not args.no_firing:
         lead = args.lead if args.lead is not None else 30 + args.count / 5000
-        rows["firing"] = firing(cfg, args.count, args.rate, lead, args.kill)
+        rows["firing"] = firing(cfg, args.count, args.rate, lead, args.kill, args.watch_after)
         print(json.dumps(rows["firing"], indent=1), flush=True)
     if args.idle:
-        rows["idle"] = idle(cfg, args.idle, args.idle_seconds)
+        rows["idle"] = idle(cfg, args.idle, args.idle_seconds, args.idle_start)
         print(json.dumps(rows["idle"], indent=1), flush=True)
     meta = {"bench": "deadlines", "time": started, "argv": sys.argv[1:], "machine": platform.node(),
             "cpus": os.cpu_count()}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"deadlines-{started}.json"
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    out = args.results_dir / f"deadlines-{started}.json"
     out.write_text(json.dumps({"meta": meta, **rows}, indent=1))
     print(f"results: {out}")
 

@@ -53,7 +53,8 @@ from harness import (  # noqa: E402
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
 from cqrs.history import HistoryReader, log_table, states_as_of  # noqa: E402
 from cqrs.history.job import HistoryOptions, start_history  # noqa: E402
-from cqrs.processor.job import ProcessorOptions, start_processor  # noqa: E402
+from cqrs.processor.job import start_processor  # noqa: E402
+from cqrs.processor.workers import ProcessorOptions  # noqa: E402
 from cqrs.processor.state import StateReader  # noqa: E402
 from cqrs.spark_session import spark_session  # noqa: E402
 from cqrs.testing.example import Account, Deposit, OpenAccount  # noqa: E402
@@ -99,7 +100,8 @@ def _timed(calls: int, fn: Any, check: Any = None) -> list[float]:
     return times
 
 
-def one_aggregate(spark: Any, cfg: CqrsConfig, hot: int, reads: int) -> dict[str, Any]:
+def one_aggregate(spark: Any, cfg: CqrsConfig, hot: int, reads: int,
+                  wait_quiet: bool = True) -> dict[str, Any]:
     topics = fresh_topics(cfg, app.name, "history-hot")
     cfg = _prefixed(cfg, topics)
     announce(f"one aggregate with {hot:,} events")
@@ -114,7 +116,8 @@ def one_aggregate(spark: Any, cfg: CqrsConfig, hot: int, reads: int) -> dict[str
     rng = random.Random(7)
     out: dict[str, Any] = {"events": hot, "processor_s": round(seconds, 2),
                            "history_job_s": round(history_s, 2)}
-    settle()
+    if wait_quiet:
+        settle()
     out["load_reads"] = announce("reading its history")
     with HistoryReader(app, cfg, topics=topics) as history:
         written = len(history.events(HOT, limit=hot).events)
@@ -136,7 +139,8 @@ def one_aggregate(spark: Any, cfg: CqrsConfig, hot: int, reads: int) -> dict[str
     return out
 
 
-def whole_log(spark: Any, cfg: CqrsConfig, events: int, aggregates: int) -> dict[str, Any]:
+def whole_log(spark: Any, cfg: CqrsConfig, events: int, aggregates: int,
+              wait_quiet: bool = True) -> dict[str, Any]:
     topics = fresh_topics(cfg, app.name, "history-log")
     cfg = _prefixed(cfg, topics)
     ids = [f"acc-{a}" for a in range(aggregates)]
@@ -148,7 +152,8 @@ def whole_log(spark: Any, cfg: CqrsConfig, events: int, aggregates: int) -> dict
                            "processor_s": round(processor_s, 2)}
     print(f"processor: {processor_s:.1f}s", flush=True)
 
-    settle()  # Cassandra compacts the state rows the processor just wrote
+    if wait_quiet:
+        settle()  # Cassandra compacts the state rows the processor just wrote
     out["log_table"] = []
     for call in ("first call", "again"):  # the first starts the executors' Python workers
         load = announce(f"log_table(spark, app) counted per event type, {call}")
@@ -196,6 +201,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="timed reads of each kind (default 200)")
     parser.add_argument("--no-log", action="store_true", help="only the one aggregate")
     parser.add_argument("--no-hot", action="store_true", help="only the whole log")
+    parser.add_argument("--settle", action=argparse.BooleanOptionalAction, default=True,
+                        help="wait for the machine to be quiet before each timed part (default: "
+                             "on; a smoke run on a busy machine would wait up to 3 minutes each)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS,
+                        help="folder of the JSON results (default bench/results)")
     args = parser.parse_args(argv)
     if args.events < args.aggregates:
         parser.error("--events must be at least --aggregates (each aggregate is opened)")
@@ -205,9 +215,9 @@ def main(argv: list[str] | None = None) -> None:
     spark = spark_session(cfg, "cqrs-bench-history")
     try:
         if not args.no_hot:
-            rows["one_aggregate"] = one_aggregate(spark, cfg, args.hot, args.reads)
+            rows["one_aggregate"] = one_aggregate(spark, cfg, args.hot, args.reads, args.settle)
         if not args.no_log:
-            rows["whole_log"] = whole_log(spark, cfg, args.events, args.aggregates)
+            rows["whole_log"] = whole_log(spark, cfg, args.events, args.aggregates, args.settle)
     finally:
         remove_fresh(cfg)
         spark.stop()
@@ -216,8 +226,8 @@ def main(argv: list[str] | None = None) -> None:
             "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                      capture_output=True, text=True).stdout.strip(),
             "spark_master": cfg.spark.master}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"history-{started}.json"
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    out = args.results_dir / f"history-{started}.json"
     out.write_text(json.dumps({"meta": meta, **rows}, indent=1, default=str))
     print(f"results: {out}")
 

@@ -15,7 +15,8 @@ or to the number of aggregates when that is larger (1,000,000 aggregates: 1,000,
 Peak RSS of the Spark JVM and its Python workers is sampled from /proc during each run.
 
 Ours, latency (``--rate``, ``--seconds``): commands offered at a fixed rate (default 500/s for
-30 s) over 1,000 aggregates; round trip = produce call -> result consumed; p50, p99, max.
+30 s) over 1,000 aggregates (``--latency-aggregates``); round trip = produce call -> result
+consumed; p50, p99, max.
 
 The Spark floor (``--floor``, default on; ``bench/floor.py``): a stateless Kafka -> Kafka
 query copying the commands topic to another (key, value, headers), and the same with a Python
@@ -76,7 +77,8 @@ import attrs  # noqa: E402
 
 from cqrs.app import App  # noqa: E402
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
-from cqrs.processor.job import ProcessorOptions, start_processor  # noqa: E402
+from cqrs.processor.job import start_processor  # noqa: E402
+from cqrs.processor.workers import ProcessorOptions  # noqa: E402
 from cqrs.processor.partition import SliceStats  # noqa: E402
 from cqrs.spark_session import spark_session  # noqa: E402
 from cqrs.testing.example import Deposit, OpenAccount  # noqa: E402
@@ -269,11 +271,12 @@ def batch_report(query: Any) -> dict[str, Any]:
     return {"count": len(batches), "rows_per_batch": round(rows / len(batches)), "ms_by_phase": phases}
 
 
-def latency(cfg: CqrsConfig, spark: Any, rate: float, seconds: float) -> Row:
-    load = announce(f"{OURS}: latency, {rate:.0f}/s for {seconds:.0f} s over {LATENCY_AGGREGATES:,} aggregates")
+def latency(cfg: CqrsConfig, spark: Any, rate: float, seconds: float,
+            aggregates: int = LATENCY_AGGREGATES) -> Row:
+    load = announce(f"{OURS}: latency, {rate:.0f}/s for {seconds:.0f} s over {aggregates:,} aggregates")
     total = int(rate * seconds)
-    work: list[Encoded] = encode_all(app, [(f"acc-{n % LATENCY_AGGREGATES}", Deposit(1)) for n in range(total)])
-    with SparkMemorySampler() as mem, running_processor(cfg, spark, LATENCY_AGGREGATES) as (topics, watcher, query, slices):
+    work: list[Encoded] = encode_all(app, [(f"acc-{n % aggregates}", Deposit(1)) for n in range(total)])
+    with SparkMemorySampler() as mem, running_processor(cfg, spark, aggregates) as (topics, watcher, query, slices):
         cpu, parts = MachineCpu(), ComponentCpu(stack_pids(cfg))
         sent_at: dict[bytes, float] = {}
         produce(cfg, topics.commands, work, sent_at=sent_at, rate=rate)
@@ -289,7 +292,7 @@ def latency(cfg: CqrsConfig, spark: Any, rate: float, seconds: float) -> Row:
     print(f"RESULT latency rate={rate:.0f}/s commands={total} p50_s={stats['p50_s']:.3f} "
           f"p99_s={stats['p99_s']:.3f} max_s={stats['max_s']:.3f}", flush=True)
     return {"system": OURS, "kind": "latency", "rate_per_s": rate, "seconds": seconds,
-            "aggregates": LATENCY_AGGREGATES, "commands": total, **stats,
+            "aggregates": aggregates, "commands": total, **stats,
             "rtt_s": [round(x, 4) for x in rtt], "loadavg": load, "machine_pct": machine,
             "cpu_s": by_part, "memory": mem.peak().as_dict(), "batches": batches}
 
@@ -370,6 +373,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="deposits per throughput run (default: 100,000, at least one per aggregate)")
     parser.add_argument("--rate", type=float, default=500.0, help="offered commands/s of the latency runs")
     parser.add_argument("--seconds", type=float, default=30.0, help="length of the latency runs")
+    parser.add_argument("--latency-aggregates", type=int, default=LATENCY_AGGREGATES,
+                        help="aggregates of the latency runs and of the floor's (default 1000; "
+                             "fewer for a smoke run: each is opened before the clock starts)")
     parser.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
                         help="one untimed run of ours first, so the services' JVMs are compiled")
     parser.add_argument("--no-latency", action="store_true")
@@ -405,7 +411,8 @@ WARM_UP_AGGREGATES, WARM_UP_COMMANDS = 1000, 100_000
 def spark_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) -> None:
     """Ours, then the floor, in one Spark session, stopped at the end (the peers run after)."""
     spark = spark_session(cfg, "cqrs-bench-processor")
-    latency_context = {"aggregates": LATENCY_AGGREGATES, "rate_per_s": args.rate, "seconds": args.seconds}
+    latency_aggregates = args.latency_aggregates
+    latency_context = {"aggregates": latency_aggregates, "rate_per_s": args.rate, "seconds": args.seconds}
     try:
         if args.warm_up and (args.ours or args.floor):
             print(f"\n== warm-up, not recorded: {WARM_UP_COMMANDS:,} deposits over "
@@ -418,7 +425,8 @@ def spark_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) -> No
                 attempt(rows, OURS, "throughput", partial(throughput, cfg, spark, aggregates, m),
                         aggregates=aggregates, commands=m)
         if args.ours and not args.no_latency:
-            attempt(rows, OURS, "latency", partial(latency, cfg, spark, args.rate, args.seconds),
+            attempt(rows, OURS, "latency",
+                    partial(latency, cfg, spark, args.rate, args.seconds, latency_aggregates),
                     **latency_context)
         if not args.floor:
             return
@@ -426,12 +434,12 @@ def spark_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) -> No
             if not args.no_latency:
                 attempt(rows, floor_name(arrow), "latency",
                         partial(floor_latency, cfg, spark, rate=args.rate, seconds=args.seconds,
-                                aggregates=LATENCY_AGGREGATES, arrow=arrow), **latency_context)
+                                aggregates=latency_aggregates, arrow=arrow), **latency_context)
             if not args.no_throughput:
-                m = commands_for(LATENCY_AGGREGATES, args.commands)
+                m = commands_for(latency_aggregates, args.commands)
                 attempt(rows, floor_name(arrow), "throughput",
-                        partial(floor_throughput, cfg, spark, commands=m, aggregates=LATENCY_AGGREGATES,
-                                arrow=arrow), aggregates=LATENCY_AGGREGATES, commands=m)
+                        partial(floor_throughput, cfg, spark, commands=m, aggregates=latency_aggregates,
+                                arrow=arrow), aggregates=latency_aggregates, commands=m)
     finally:
         spark.stop()
 

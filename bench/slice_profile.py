@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import encode_all, fresh_topics, produce, remove_fresh  # noqa: E402
 
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
-from cqrs.processor.job import ProcessorOptions, publish_app_schemas, worker_for  # noqa: E402
+from cqrs.processor.job import publish_app_schemas  # noqa: E402
+from cqrs.processor.workers import ProcessorOptions, worker_for  # noqa: E402
 from cqrs.processor.partition import SliceStats, StateCache, run_task  # noqa: E402
 from cqrs.processor.state_table import open_state_table  # noqa: E402
 from cqrs.processor.step import DedupPolicy  # noqa: E402

@@ -23,7 +23,8 @@ from harness import (  # noqa: E402
     announce, encode_all, fresh_topics, latency_summary, produce, remove_fresh, served_http,
 )
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
-from cqrs.processor.job import ProcessorOptions, start_processor  # noqa: E402
+from cqrs.processor.job import start_processor  # noqa: E402
+from cqrs.processor.workers import ProcessorOptions  # noqa: E402
 from cqrs.processor.state import StateReader  # noqa: E402
 from cqrs.spark_session import spark_session  # noqa: E402
 from cqrs.testing.example import Deposit, OpenAccount  # noqa: E402

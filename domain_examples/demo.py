@@ -376,7 +376,8 @@ class Demo:
     def run(self) -> int:
         from cqrs.client.command_client import CommandClient
         from cqrs.loading import load_app
-        from cqrs.processor.job import ProcessorOptions, start_processor
+        from cqrs.processor.job import start_processor
+        from cqrs.processor.workers import ProcessorOptions
         from cqrs.retrier.job import RetrierOptions, start_retrier
         from cqrs.spark_session import spark_session, wait_until_started
         from projections.rebuild import rebuild_projection

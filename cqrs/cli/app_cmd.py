@@ -86,7 +86,8 @@ def build_runner(cfg: CqrsConfig, app_ref: str, *, trigger: str | None = None,
     from cqrs.ops.server import StatusServer
     from cqrs.ops.supervisor import QuerySpec, Supervisor
     from cqrs.personal.stack import key_store_for
-    from cqrs.processor.job import ProcessorOptions, checkpoint_for, start_processor
+    from cqrs.processor.job import checkpoint_for, start_processor
+    from cqrs.processor.workers import ProcessorOptions
     from cqrs.processor.partition import SliceStats
     from cqrs.processor.source import new_stop_file
     from cqrs.spark_session import spark_session

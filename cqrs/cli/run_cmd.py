@@ -80,7 +80,8 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 def _run_processor(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     from cqrs.loading import load_app
-    from cqrs.processor.job import ProcessorOptions, checkpoint_for, start_processor
+    from cqrs.processor.job import checkpoint_for, start_processor
+    from cqrs.processor.workers import ProcessorOptions
     from cqrs.processor.partition import SliceStats
     from cqrs.processor.source import new_stop_file
     from cqrs.spark_session import spark_session

@@ -117,7 +117,7 @@ def _run_get_past(cfg: CqrsConfig, app: Any, args: argparse.Namespace) -> int:
 
 def _run_rebuild(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     from cqrs.loading import load_app
-    from cqrs.processor.job import ProcessorOptions
+    from cqrs.processor.workers import ProcessorOptions
     from cqrs.processor.rebuild import default_rebuild_checkpoint, rebuild_state
     from cqrs.spark_session import spark_session
 

@@ -34,14 +34,8 @@ import attrs
 
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError, ReplayError
-from cqrs.processor.job import (
-    ProcessorOptions,
-    checkpoint_for,
-    step_for,
-    header_expr,
-    publish_app_schemas,
-    start_processor,
-)
+from cqrs.processor.job import checkpoint_for, header_expr, publish_app_schemas, start_processor
+from cqrs.processor.workers import ProcessorOptions, step_for
 from cqrs.kafka_io import watermarks
 from cqrs.results import FAILED, AggregateRecord, SeenCommand, result_head, seen_command
 from cqrs.topics import AppTopics, topics_for
@@ -344,7 +338,7 @@ def _row_writer(cfg: CqrsConfig, opts: ProcessorOptions,
     def run(batches: Any) -> Any:
         import pyarrow as pa
 
-        from cqrs.processor.job import worker_for
+        from cqrs.processor.workers import worker_for
         from cqrs.processor.state_table import StoredAggregate
 
         table = worker_for(cfg, opts).table

@@ -42,11 +42,10 @@ from pyspark.sql.streaming.datasource import (
 
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
-from cqrs.processor.partition import STATS_FIELDS
+from cqrs.processor.partition import STATS_FIELDS, Worker
+from cqrs.processor.workers import ProcessorOptions, worker_for
 
 if TYPE_CHECKING:
-    from cqrs.processor.job import ProcessorOptions
-    from cqrs.processor.partition import Worker
     from cqrs.processor.state_table import Position
 
 __all__ = [
@@ -245,7 +244,6 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
         return [Slices(share, until, plan, i, shares) for i, share in enumerate(shares)]
 
     def read(self, partition: Slices) -> Iterator[tuple[Any, ...]]:
-        from cqrs.processor.job import worker_for
         from cqrs.processor.partition import run_task
 
         s = self.settings

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from cqrs.app import App
 from cqrs.config import CqrsConfig
-from cqrs.processor.job import ProcessorOptions, publish_app_schemas
+from cqrs.processor.job import publish_app_schemas
+from cqrs.processor.workers import ProcessorOptions
 from cqrs.processor.state_table import open_state_table
 from cqrs.testing.example_app import app
 from cqrs.topics import ensure_topics, topics_for

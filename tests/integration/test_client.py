@@ -32,7 +32,8 @@ from cqrs.client import (
 )
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import read_to_end, watermarks
-from cqrs.processor.job import ProcessorOptions, start_processor
+from cqrs.processor.job import start_processor
+from cqrs.processor.workers import ProcessorOptions
 from cqrs.testing.example import Deposit, OpenAccount, Withdraw
 from cqrs.testing.example_app import app
 from cqrs.topics import AppTopics, topics_for

@@ -18,7 +18,8 @@ from cqrs.client import CommandClient, StateReader
 from cqrs.config import CqrsConfig
 from cqrs.envelope import from_kafka
 from cqrs.kafka_io import read_to_end
-from cqrs.processor.job import ProcessorOptions, start_processor
+from cqrs.processor.job import start_processor
+from cqrs.processor.workers import ProcessorOptions
 from cqrs.results import result_head
 from cqrs.scheduler.job import SchedulerOptions, start_scheduler
 from cqrs.topics import AppTopics, topics_for

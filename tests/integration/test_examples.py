@@ -14,7 +14,8 @@ from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import make_producer, read_to_end
 from cqrs.loading import load_app
-from cqrs.processor.job import ProcessorOptions, start_processor
+from cqrs.processor.job import start_processor
+from cqrs.processor.workers import ProcessorOptions
 from cqrs.topics import topics_for
 from domain_examples.loyalty import points_for
 from domain_examples.workload import (

@@ -38,7 +38,8 @@ from cqrs.history import HistoryRangeError, HistoryReader
 from cqrs.history.job import HistoryOptions, start_history
 from cqrs.history.table import open_history_table
 from cqrs.kafka_io import make_producer, read_to_end
-from cqrs.processor.job import ProcessorOptions, start_processor
+from cqrs.processor.job import start_processor
+from cqrs.processor.workers import ProcessorOptions
 from cqrs.processor.state import StateReader
 from cqrs.testing.example import (
     Account, CloseAccount, Deposit, Explode, OpenAccount, Withdraw,

@@ -19,7 +19,7 @@ from cqrs.config import CqrsConfig
 from cqrs.deadletters import parse_dead_letter
 from cqrs.envelope import from_kafka
 from cqrs.kafka_io import make_producer, read_to_end, watermarks
-from cqrs.processor.job import worker_for
+from cqrs.processor.workers import worker_for
 from cqrs.processor.partition import Worker, run_task
 from cqrs.processor.state_table import HELD_MARK, open_state_table
 from cqrs.results import CommandResult

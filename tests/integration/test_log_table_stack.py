@@ -40,7 +40,8 @@ from cqrs.history import (
 )
 from cqrs.history.job import HistoryOptions, start_history
 from cqrs.kafka_io import make_producer
-from cqrs.processor.job import ProcessorOptions, start_processor
+from cqrs.processor.job import start_processor
+from cqrs.processor.workers import ProcessorOptions
 from cqrs.processor.state import StateReader
 from cqrs.testing.example import (
     Account, CloseAccount, Deposit, Explode, OpenAccount, Withdraw,

@@ -20,7 +20,8 @@ from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.envelope import from_kafka, to_kafka
 from cqrs.kafka_io import KafkaRecord, make_producer, read_to_end
-from cqrs.processor.job import ProcessorOptions, start_processor
+from cqrs.processor.job import start_processor
+from cqrs.processor.workers import ProcessorOptions
 from cqrs.results import CommandResult
 from cqrs.testing.example import CloseAccount, Deposit, Deposited, Explode, OpenAccount, Withdraw
 from cqrs.testing.example_app import app

@@ -28,7 +28,8 @@ from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.envelope import from_kafka
 from cqrs.kafka_io import make_producer, read_to_end
-from cqrs.processor.job import ProcessorOptions, start_processor
+from cqrs.processor.job import start_processor
+from cqrs.processor.workers import ProcessorOptions
 from cqrs.processor.rebuild import CheckpointExistsError, rebuild_state
 from cqrs.processor.state import AggregateState, StateReader, StateReadError, state_codec
 from cqrs.processor.state_table import open_state_table

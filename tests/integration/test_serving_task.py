@@ -14,7 +14,7 @@ import pytest
 from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import make_producer, read_to_end, watermarks
-from cqrs.processor.job import ProcessorOptions, worker_for
+from cqrs.processor.workers import ProcessorOptions, worker_for
 from cqrs.processor.partition import Worker, run_task
 from cqrs.processor.state import StateReader
 from cqrs.processor.state_table import Position, open_state_table

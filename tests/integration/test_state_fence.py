@@ -13,7 +13,7 @@ import pytest
 from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import read_to_end
-from cqrs.processor.job import worker_for
+from cqrs.processor.workers import worker_for
 from cqrs.processor.partition import Worker, process_slice
 from cqrs.processor.state import StateReader
 from cqrs.processor.state_table import StoredAggregate

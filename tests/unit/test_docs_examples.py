@@ -77,7 +77,8 @@ print("ran", len(blocks), "blocks")
 
 @pytest.mark.integration
 def test_live_doc_examples_run(cqrs_config: Any, spark: Any, unique_name: str, tmp_path: Path) -> None:
-    from cqrs.processor.job import ProcessorOptions, checkpoint_for, start_processor
+    from cqrs.processor.job import checkpoint_for, start_processor
+    from cqrs.processor.workers import ProcessorOptions
     from cqrs.loading import load_app
 
     prefix = unique_name + "."

@@ -114,7 +114,7 @@ def _state_codec(cfg: CqrsConfig, app: Any) -> Any:
 
 
 def _processor_step(cfg: CqrsConfig, app: Any) -> Any:
-    from cqrs.processor.job import ProcessorOptions, step_for
+    from cqrs.processor.workers import ProcessorOptions, step_for
 
     ref = TICKETING if app is ticketing else "domain_examples.bank:app"
     return step_for(cfg, ProcessorOptions(app_ref=ref)).codec

@@ -17,8 +17,8 @@ from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.envelope import from_kafka
 from cqrs.errors import ReplayError
-from cqrs.processor import job
-from cqrs.processor.job import ProcessorOptions
+from cqrs.processor import workers
+from cqrs.processor.workers import ProcessorOptions
 from cqrs.processor.partition import Worker
 from cqrs.processor.rebuild import EVENT, RESULT, _fold_group, starting_offsets_json
 from cqrs.processor.state import AggregateState
@@ -42,12 +42,12 @@ def opts() -> Iterator[tuple[CqrsConfig, ProcessorOptions, AggregateStep]]:
     options = ProcessorOptions("cqrs.testing.example_app:app", topics=TOPICS,
                                dedup=DedupPolicy(window_ms=10_000, max_per_aggregate=3))
     step = AggregateStep(app, app.codec, TOPICS, options.dedup)
-    key = job.config_key(cfg, options, False)  # the key step_for looks it up by
-    job._WORKERS[key] = Worker(cfg, step, None, 0, None)  # type: ignore[arg-type]  # noqa: SLF001
+    key = workers.config_key(cfg, options, False)  # the key step_for looks it up by
+    workers._WORKERS[key] = Worker(cfg, step, None, 0, None)  # type: ignore[arg-type]  # noqa: SLF001
     try:
         yield cfg, options, step
     finally:
-        job._WORKERS.pop(key, None)  # noqa: SLF001
+        workers._WORKERS.pop(key, None)  # noqa: SLF001
 
 
 def _run(step: AggregateStep, batches: list[list[tuple[object, str]]], agg: str = "acc-1",

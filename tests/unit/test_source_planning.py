@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from cqrs.config import load_config
-from cqrs.processor.job import ProcessorOptions
+from cqrs.processor.workers import ProcessorOptions
 from cqrs.processor.source import COMMANDS_PER_TASK, TICK, CommandReader, SourceSettings
 
 
