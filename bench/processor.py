@@ -210,6 +210,7 @@ def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int, bank: Bank =
         produce(cfg, topics.commands, opened)
         watcher.wait_for([r.cid for r in opened], timeout_for(aggregates), "warm-up", query)
         del opened  # a million encoded commands hold ~2 GB
+        committed(query)
         print(f"warm-up: done in {time.monotonic() - started:.1f} s", flush=True)
         slices.reset()
         yield topics, watcher, query, slices
@@ -217,6 +218,25 @@ def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int, bank: Bank =
         query.stop()
         watcher.stop()
         bank.forget_accounts(cfg, aggregates)
+
+
+def committed(query: Any, timeout_s: float = 60.0) -> None:
+    """Wait until the micro-batch running now has been committed. The warm-up's answers come
+    while the batch that wrote them still runs (it serves on, then commits); the Kafka Streams
+    peer's answers are read only once its transaction committed, so its warm-up ends after its
+    commit. Waiting for ours too keeps the timed window out of the query's first batches (the
+    first commit and the batch after it carry the query's one-time start-up costs)."""
+    last = query.lastProgress
+    seen = -1 if last is None else last["batchId"]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        now = query.lastProgress
+        if now is not None and now["batchId"] > seen:
+            return
+        if query.exception() is not None:
+            raise RuntimeError(f"the processor failed: {query.exception()}")
+        time.sleep(0.02)
+    raise RuntimeError(f"no micro-batch was committed within {timeout_s:.0f} s of the warm-up")
 
 
 def throughput(cfg: CqrsConfig, spark: Any, aggregates: int, commands: int,
