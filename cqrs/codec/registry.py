@@ -261,6 +261,10 @@ class Codec:
 
     def writer_of(self, data: bytes | bytearray | memoryview) -> tuple[str, int]:
         """``(type name, version)`` the bytes were written with, without decoding the body."""
+        if type(data) is bytes and data[:2] == MAGIC:  # a known writer: one dict look-up
+            known = self._writers.get(data[2:HEADER_SIZE])
+            if known is not None and len(data) >= HEADER_SIZE:
+                return known.type_name, known.version
         fp, _ = split(data)
         w = self._writer(fp)
         return w.type_name, w.version

@@ -234,3 +234,27 @@ def test_history_on_the_stack(cqrs_config: CqrsConfig, spark: Any,
     notes.append(table)
     with capsys.disabled():
         print("\n".join(notes))
+
+
+def test_a_history_table_of_the_earlier_shape_is_refused(cqrs_config: CqrsConfig) -> None:
+    """A table written before the envelope became one cell (a column per envelope field) is
+    named, with the way out, instead of failing on its first write."""
+    from cqrs.cassandra_io import CassandraSession
+    from cqrs.history.table import CassandraHistoryTable, HistoryStoreError
+
+    import uuid
+
+    name = f"old_history_{uuid.uuid4().hex[:8]}"  # table names: 48 characters at most
+    db = CassandraSession(cqrs_config.cassandra)
+    try:
+        db.execute(f"CREATE TABLE {name} (app text, aggregate_type text, aggregate_id text, "
+                   "bucket bigint, version bigint, event_id text, payload blob, "
+                   "PRIMARY KEY ((app, aggregate_type, aggregate_id, bucket), version))")
+        with pytest.raises(HistoryStoreError, match=rf"DROP TABLE \w+\.{name}.*--replay"):
+            CassandraHistoryTable(db, "app", table=name)
+        db.execute(f"DROP TABLE {name}")
+        table = CassandraHistoryTable(db, "app", table=name)  # the current shape, created
+        assert table.read(ACCOUNT, "acc-0", 0, 1, 10) == []
+    finally:
+        db.execute(f"DROP TABLE IF EXISTS {name}")
+        db.close()
