@@ -157,6 +157,9 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
         self._offsets: Any = None  # the driver side's consumer, kept between micro-batches
         self._tick = 0  # see latestOffset
         self._target: dict[str, int] | None = None  # Trigger.AvailableNow: where to stop
+        # in each plan id: a batch run again after a restart gets claims of its own, so a first
+        # attempt of a task finds no claim of its own index to resume (see claim_share)
+        self._run = uuid.uuid4().hex[:12]
 
     def __getstate__(self) -> dict[str, Any]:  # tasks get the settings, not the consumer
         return {"settings": self.settings, "_offsets": None}
@@ -208,7 +211,7 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
 
     def partitions(self, start: dict, end: dict) -> Sequence[Slices]:
         serving = self.settings.serve_s > 0
-        batch = json.dumps([start, end], sort_keys=True)  # the same when Spark re-runs a batch
+        batch = json.dumps([start, end], sort_keys=True)
         start, end = _partitions_of(start), _partitions_of(end)
         # a serving task takes partitions with nothing planned too: it serves what they get
         waiting = [(int(p), int(start.get(p, 0)), int(e)) for p, e in sorted(end.items())
@@ -240,7 +243,8 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
         until = time.time() + self.settings.serve_s if serving else None
         if len(shares) == 1:
             return [Slices(shares[0], until)]
-        plan = hashlib.sha1(f"{batch} {[sorted(sh) for sh in shares]}".encode()).hexdigest()[:20]
+        plan = hashlib.sha1(f"{self._run} {batch} {[sorted(sh) for sh in shares]}".encode()
+                            ).hexdigest()[:20]
         return [Slices(share, until, plan, i, shares) for i, share in enumerate(shares)]
 
     def read(self, partition: Slices) -> Iterator[tuple[Any, ...]]:
@@ -286,26 +290,41 @@ def claim_share(worker: Worker, task: Slices, positions: dict[int, Position]) ->
     """The share ``task`` processes: the one it holds already (a retry of the task), else the
     free one with most partitions whose position this worker wrote (its cache holds their
     states), its own share first among equals. Each share is taken by one task through a
-    lightweight transaction; there are as many shares as tasks, so every task finds one."""
+    lightweight transaction; there are as many shares as tasks, so every task finds one.
+
+    A task's first attempt holds nothing yet (a plan id is new with each run of the query), so
+    it goes straight to the transactions, whose answer names the holder of a share taken; a
+    retried task first reads the claims at serial consistency, to take the share it held."""
     if task.plan is None or task.shares is None:
         return task.ranges
     table, generation = worker.table, worker.generation
-    held = table.claims(generation, task.plan, len(task.shares))
-    for share, holder in held.items():
-        if holder == task.index:
-            return task.shares[share]
+    held: dict[int, int] = {}
+    if _attempt() != 0:
+        held = table.claims(generation, task.plan, len(task.shares))
+        for share, holder in held.items():
+            if holder == task.index:
+                return task.shares[share]
 
     def mine(share: dict[int, tuple[int, int]]) -> int:
         return sum(1 for p in share if p in positions and positions[p].owner == worker.token)
 
     order = sorted(range(len(task.shares)), key=lambda k: (-mine(task.shares[k]), k != task.index, k))
     for share in order:
-        if share not in held and table.claim(generation, task.plan, share, task.index,
-                                             len(task.shares)):
+        if share not in held and table.claim(generation, task.plan, share, task.index):
             return task.shares[share]
     raise SourceError(
         f"task {task.index} of micro-batch {task.plan} found every share of its partitions "
         f"taken by other tasks ({held}); the task is retried")
+
+
+def _attempt() -> int | None:
+    """Which attempt of its Spark task this is (0: the first), ``None`` outside a task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None
+    return ctx.attemptNumber()
 
 
 def _partitions_of(offsets: dict) -> dict:

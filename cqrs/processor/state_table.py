@@ -320,17 +320,26 @@ class StateTable:
         bound.bind((state_table_name(self.app_name, generation), plan, list(range(shares))))
         return _retried(lambda: {r[0]: r[1] for r in self.cassandra.execute(bound)})
 
-    def claim(self, generation: int, plan: str, share: int, task: int, shares: int) -> bool:
+    def claim(self, generation: int, plan: str, share: int, task: int) -> bool:
         """Take ``share`` of micro-batch ``plan`` for ``task`` unless another task holds it (a
         lightweight transaction, tried again when it times out): whether ``task`` holds it."""
         stmt = self.cassandra.prepare(
             "INSERT INTO cqrs_processor_share_claims (state_table, plan, share, task) VALUES "
             "(?, ?, ?, ?) IF NOT EXISTS", write=True)
         table = state_table_name(self.app_name, generation)
-        if _retried(lambda: list(self.cassandra.execute(stmt, (table, plan, share, task)))[0][0]):
-            return True
-        # held: by another task, or by this one through an attempt that timed out but took effect
-        return self.claims(generation, plan, shares).get(share) == task
+
+        def attempt() -> tuple[Any, ...]:
+            found = self.cassandra.execute(stmt, (table, plan, share, task))
+            row = found.one()
+            if row[0]:
+                return True, task
+            # not applied: the answer holds the claim there is (of another task, or of this
+            # one, through an attempt that timed out but took effect)
+            named = dict(zip(found.column_names, row, strict=True))
+            return False, named.get("task")
+
+        _, holder = _retried(attempt)
+        return holder == task
 
     def close(self) -> None:
         self.cassandra.close()

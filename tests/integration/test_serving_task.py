@@ -142,15 +142,22 @@ def test_each_task_of_a_batch_takes_its_own_share_the_one_its_worker_wrote_first
     assert table.claims(gen, "plan-a", 2) == {1: 0, 0: 1}
 
 
-def test_tasks_that_claim_at_once_never_take_the_same_share(fx: Fixture) -> None:
+@pytest.mark.parametrize("attempt", [None, 0], ids=["retried", "first-attempt"])
+def test_tasks_that_claim_at_once_never_take_the_same_share(fx: Fixture, attempt: int | None,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retried tasks read the claims first; first attempts go straight to the transactions."""
+    import cqrs.processor.source as source
     from cqrs.processor.source import Slices, claim_share
+
+    monkeypatch.setattr(source, "_attempt", lambda: attempt)
 
     shares: list[dict[int, tuple[int, int]]] = [{p: (0, 0)} for p in range(4)]
     # every task prefers share 0 (its worker wrote partition 0's position): one gets it, the
     # others fall back to a free share
     positions = {0: Position(0, fx.worker.token)}
     for round_ in range(5):
-        tasks = [Slices(share, None, f"plan-{round_}", i, shares) for i, share in enumerate(shares)]
+        tasks = [Slices(share, None, f"plan-{attempt}-{round_}", i, shares)
+                 for i, share in enumerate(shares)]
         taken: list[dict[int, tuple[int, int]]] = [{} for _ in tasks]
 
         def run(i: int) -> None:
