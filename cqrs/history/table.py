@@ -36,7 +36,8 @@ from cqrs.errors import CqrsError
 from cqrs.history.rows import BUCKET_SIZE, HistoryRow
 
 __all__ = ["ENVELOPE", "HISTORY_TABLE", "CassandraHistoryTable", "HistoryStoreError", "HistoryTable",
-           "MemoryHistoryTable", "open_history_table", "partition_of"]
+           "MemoryHistoryTable", "envelope_text", "open_history_table", "partition_of",
+           "row_from_cells"]
 
 HISTORY_TABLE = "cqrs_history"
 
@@ -87,6 +88,14 @@ def envelope_text(row: HistoryRow) -> str:
     return orjson.dumps([row.event_id, row.event_type, row.timestamp_us, row.recorded_ms,
                          row.command_id, row.correlation_id, row.causation_id, row.partition,
                          row.offset]).decode()
+
+
+def row_from_cells(aggregate_type: str, aggregate_id: str, version: int, envelope: str | bytes,
+                   payload: bytes) -> HistoryRow:
+    """The :class:`HistoryRow` of a row's cells (the inverse of :func:`envelope_text`)."""
+    eid, et, ts, rec, cid, corr, cause, part, off = orjson.loads(envelope)
+    return HistoryRow(aggregate_type, aggregate_id, version, eid, et, ts, rec, cid, corr, cause,
+                      payload, part, off)
 
 
 class CassandraHistoryTable:
@@ -155,13 +164,8 @@ class CassandraHistoryTable:
         stored_id, stored_bucket = partition_of(self.app, aggregate_type, aggregate_id, bucket)
         found = self.db.execute(self._get, (self.app, aggregate_type, stored_id, stored_bucket,
                                             from_version, limit))
-        loads = orjson.loads
-        out = []
-        for version, envelope, payload in found:
-            eid, et, ts, rec, cid, corr, cause, part, off = loads(envelope)
-            out.append(HistoryRow(aggregate_type, aggregate_id, version, eid, et, ts, rec, cid,
-                                  corr, cause, payload, part, off))
-        return out
+        return [row_from_cells(aggregate_type, aggregate_id, version, envelope, payload)
+                for version, envelope, payload in found]
 
     def close(self) -> None:
         if self.owns_session:

@@ -376,3 +376,24 @@ def test_an_id_too_long_for_the_partition_key_is_stored_under_its_digest() -> No
     assert stored.startswith("sha256:") and len(stored) == 71 and bucket == -4
     assert partition_of(app_base, kind, longer + "x", 3)[0] != stored  # another id, another digest
     assert partition_of(app_base, kind, "é" * 40_000, 0)[1] == -1  # bytes count, not characters
+
+
+_ids = st.none() | st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+_int64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@given(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40), _ids,
+       _int64, _int64, _ids, _ids, _ids, st.integers(0, 2**31 - 1), _int64, st.binary(max_size=64))
+def test_a_rows_envelope_cell_gives_back_every_field(
+        event_id: str, command_id: str | None, timestamp_us: int, recorded_ms: int,
+        correlation_id: str | None, causation_id: str | None, event_type: str | None,
+        partition: int, offset: int, payload: bytes) -> None:
+    """What the Cassandra table writes in a row's ``envelope`` cell reads back as the same row
+    (any text, null ids, the whole 64-bit range)."""
+    from cqrs.history.table import envelope_text, row_from_cells
+
+    row = HistoryRow("example.bank.Account", "acc-ü", 7, event_id, event_type or "t",
+                     timestamp_us, recorded_ms, command_id, correlation_id, causation_id, payload,
+                     partition, offset)
+    assert row_from_cells(row.aggregate_type, row.aggregate_id, 7, envelope_text(row),
+                          payload) == row
