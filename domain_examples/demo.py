@@ -376,7 +376,7 @@ class Demo:
     def run(self) -> int:
         from cqrs.client.command_client import CommandClient
         from cqrs.loading import load_app
-        from cqrs.processor.job import start_processor
+        from cqrs.processor.job import prepare_processor, start_processor
         from cqrs.processor.workers import ProcessorOptions
         from cqrs.retrier.job import RetrierOptions, start_retrier
         from cqrs.spark_session import spark_session, wait_until_started
@@ -398,9 +398,13 @@ class Demo:
             clients: dict[str, list[Any]] = {}
             try:
                 apps = {name: load_app(ref) for name, ref in APP_REFS.items()}
+                # topics, state tables and schemas of the five apps at once (round trips, no
+                # Spark); the queries themselves start one at a time
+                with concurrent.futures.ThreadPoolExecutor(len(APP_REFS)) as pool:
+                    prepared = list(pool.map(lambda ref: prepare_processor(
+                        self.cfg, ProcessorOptions(ref)), APP_REFS.values()))
                 starts: list[Callable[[], Any]] = [
-                    lambda ref=ref: start_processor(spark, self.cfg, ProcessorOptions(ref))
-                    for ref in APP_REFS.values()]
+                    lambda opts=opts: start_processor(spark, self.cfg, opts) for opts in prepared]
                 # after the processors: processAllAvailable below then sees their dead letters
                 starts.append(lambda: start_retrier(spark, self.cfg,
                                                     RetrierOptions(APP_REFS["bank"])))

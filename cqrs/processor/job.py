@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from cqrs.app import App
 
 __all__ = [
-    "ProcessorOptions", "check_app_schemas", "checkpoint_for", "header_expr", "publish_app_schemas",
-    "start_processor", "step_for", "worker_for",
+    "ProcessorOptions", "check_app_schemas", "checkpoint_for", "header_expr", "prepare_processor",
+    "publish_app_schemas", "start_processor", "step_for", "worker_for",
 ]
 
 
@@ -111,12 +111,40 @@ SCHEDULER_POOL = "spark.scheduler.pool"
 PROCESSOR_POOL = "cqrs-processor"
 
 
+def prepare_processor(cfg: CqrsConfig, opts: ProcessorOptions) -> ProcessorOptions:
+    """What :func:`start_processor` does before it starts the query: the app's topics and state
+    table created if missing (the state generation made current when there is none) and its
+    schemas published; returns ``opts`` with the topics, the state generation and the results
+    topic's partitions filled in. It takes ~2 s of round trips to Kafka and Cassandra and no
+    Spark, so a driver starting several processors prepares them at once in threads, then
+    starts each with what this returned (``start_processor`` does not prepare again options
+    whose ``results_partitions`` is set)."""
+    from cqrs.loading import load_app
+    from cqrs.processor.state_table import open_state_table
+
+    app = load_app(opts.app_ref)
+    topics = opts.topics or topics_for(app.name, cfg.kafka.topic_prefix)
+    ensure_topics(cfg, topics)
+    table = open_state_table(cfg, topics)
+    try:
+        generation = opts.state_generation or table.ensure_current()
+        table.ensure(generation)
+    finally:
+        table.close()
+    publish_app_schemas(cfg, topics, app)
+    return attrs.evolve(opts, topics=topics, results_partitions=len(watermarks(cfg, topics.results)),
+                        state_generation=generation,
+                        max_offsets_per_trigger=(opts.max_offsets_per_trigger
+                                                 or cfg.processor.max_commands_per_batch or None))
+
+
 def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions,
                     *, available_now: bool = False, starting_offsets: str = "earliest",
                     name_suffix: str = "", continuous: bool = False, stop_file: str | None = None,
                     on_batch: Callable[[int, SliceStats], None] | None = None) -> StreamingQuery:
-    """Create the topics and the state table if missing, publish the app's schemas and start the
-    query (on the current state generation unless ``opts`` names one).
+    """Create the topics and the state table if missing, publish the app's schemas
+    (:func:`prepare_processor`, unless ``opts`` came from it) and start the query (on the
+    current state generation unless ``opts`` names one).
 
     ``continuous``: for a driver that runs the processor alone (``cqrs run processor``): its
     serving tasks run back to back also when nothing arrives, one per core unless ``[processor]
@@ -131,22 +159,12 @@ def start_processor(spark: SparkSession, cfg: CqrsConfig, opts: ProcessorOptions
     from cqrs.processor.source import (
         SOURCE_NAME, SourceSettings, command_source_options, register_source,
     )
-    from cqrs.processor.state_table import open_state_table
 
     app = load_app(opts.app_ref)
-    topics = opts.topics or topics_for(app.name, cfg.kafka.topic_prefix)
-    ensure_topics(cfg, topics)
-    table = open_state_table(cfg, topics)
-    try:
-        generation = opts.state_generation or table.ensure_current()
-        table.ensure(generation)
-    finally:
-        table.close()
-    opts = attrs.evolve(opts, topics=topics, results_partitions=len(watermarks(cfg, topics.results)),
-                        state_generation=generation,
-                        max_offsets_per_trigger=(opts.max_offsets_per_trigger
-                                                 or cfg.processor.max_commands_per_batch or None))
-    publish_app_schemas(cfg, topics, app)
+    if opts.results_partitions is None:
+        opts = prepare_processor(cfg, opts)
+    topics = opts.topics
+    assert topics is not None
     register_source(spark)
     tasks = _tasks(cfg, spark)
     quiet = cfg.processor.quiet_tasks or (tasks if continuous else 1)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from cqrs.app import App
 from cqrs.config import CqrsConfig
-from cqrs.processor.job import publish_app_schemas
+from cqrs.processor.job import prepare_processor
 from cqrs.processor.workers import ProcessorOptions
-from cqrs.processor.state_table import open_state_table
 from cqrs.testing.example_app import app
-from cqrs.topics import ensure_topics, topics_for
+from cqrs.topics import topics_for
 
 __all__ = ["bank_options", "processor_options"]
 
@@ -17,15 +16,7 @@ __all__ = ["bank_options", "processor_options"]
 def processor_options(cfg: CqrsConfig, prefix: str, of: App, app_ref: str) -> ProcessorOptions:
     """Options of a processor of ``of`` (imported as ``app_ref``) on topics under ``prefix``
     (created, schemas published) and the state table's current generation."""
-    topics = topics_for(of.name, prefix + "-")
-    ensure_topics(cfg, topics)
-    publish_app_schemas(cfg, topics, of)
-    table = open_state_table(cfg, topics)
-    try:
-        generation = table.ensure_current()
-    finally:
-        table.close()
-    return ProcessorOptions(app_ref, topics=topics, results_partitions=4, state_generation=generation)
+    return prepare_processor(cfg, ProcessorOptions(app_ref, topics=topics_for(of.name, prefix + "-")))
 
 
 def bank_options(cfg: CqrsConfig, prefix: str) -> ProcessorOptions:
