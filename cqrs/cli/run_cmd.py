@@ -68,7 +68,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     setattr(run, _JOBS, sub)
     processor = sub.add_parser("processor", help="the command processor: commands -> events and results")
     processor.add_argument("app", help="the App, as module:attribute (e.g. domain_examples.bank:app)")
-    processor.add_argument("--checkpoint", help="checkpoint folder (default: <checkpoint_dir>/<app>/processor)")
+    processor.add_argument("--checkpoint", help="checkpoint folder (default: <checkpoint_dir>/<topic prefix><app>/processor)")
     processor.add_argument("--max-offsets-per-trigger", type=int, default=None,
                            help="cap on commands read per micro-batch (default: all available)")
     processor.add_argument("--trigger", default=None, metavar="INTERVAL",

@@ -33,7 +33,8 @@ HISTORY_POINTS = 120  # chart points kept per query (one per progress event)
 
 def parse_offsets(raw: Any, topic: str) -> dict[int, int]:
     """A source's offsets from a progress event: Spark's Kafka source writes
-    ``{"topic": {"0": 12}}``, the processor's source ``{"0": 12, "tick": 7}``; anything else
+    ``{"topic": {"0": 12}}``, the processor's source ``{"0": 12, "tick": 7, "topic":
+    "bank.commands"}``; anything else
     is empty."""
     import json
 
@@ -46,7 +47,7 @@ def parse_offsets(raw: Any, topic: str) -> dict[int, int]:
         data = data[topic]
     out: dict[int, int] = {}
     for p, o in data.items():
-        if p == "tick":  # the processor's source: moves every batch, not a partition
+        if p in ("tick", "topic"):  # the processor's source: its tick and its topic's name
             continue
         try:
             out[int(p)] = int(o)

@@ -40,7 +40,10 @@ __all__ = [
 
 
 def checkpoint_for(cfg: CqrsConfig, app_name: str) -> str:
-    return cfg.spark.checkpoint_location(app_name, "processor")
+    """The processor's default checkpoint: ``<checkpoint_dir>/<topic prefix><app>/processor``
+    (the prefix in it: processors of one app under two prefixes read different topics, and
+    one's offsets would skip the other's commands)."""
+    return cfg.spark.checkpoint_location(f"{cfg.kafka.topic_prefix}{app_name}", "processor")
 
 
 HEADER_POSITIONS = 16

@@ -62,6 +62,7 @@ _PAYLOAD = "payload"
 COMMANDS_PER_TASK = 2000  # a micro-batch gets another task per this many commands, up to a core each
 UNEVEN = 1.25  # shares in turn unless one would get this much more than an even split
 TICK = "tick"  # a serving source's offset key that moves every micro-batch (not a partition)
+TOPIC = "topic"  # the offset's topic: a checkpoint recorded for another topic is refused
 
 
 @attrs.frozen
@@ -173,12 +174,13 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
 
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
         marks = self._marks()
-        start = {str(p): low for p, (low, _) in marks.items()}
+        start: dict[str, Any] = {str(p): low for p, (low, _) in marks.items()}
         if self.settings.starting_offsets != "earliest":
             given = json.loads(self.settings.starting_offsets).get(self.settings.topic, {})
             for p, offset in given.items():
                 if int(offset) >= 0:  # -2: earliest
                     start[str(p)] = max(int(offset), marks[int(p)][0])
+        start[TOPIC] = self.settings.topic
         return start
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
@@ -193,7 +195,14 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
     def latestOffset(self, start: dict, limit: Any) -> dict:  # noqa: N802
         if self.settings.stop_file is not None and os.path.exists(self.settings.stop_file):
             return start  # stopping: nothing new, so no further micro-batch
-        ends = {str(p): high for p, (_, high) in self._marks().items()}
+        recorded = start.get(TOPIC, self.settings.topic)  # older checkpoints: not recorded
+        if recorded != self.settings.topic:
+            raise SourceError(
+                f"this processor's checkpoint holds offsets of topic {recorded!r}, but it reads "
+                f"{self.settings.topic!r} (another topic prefix?): offsets of one topic would skip "
+                "commands of the other. Give each topic prefix a checkpoint of its own (the "
+                "default, <checkpoint_dir>/<topic prefix><app>/processor, does), or pass --checkpoint")
+        ends: dict[str, Any] = {str(p): high for p, (_, high) in self._marks().items()}
         if self._target is not None:
             ends = {p: min(o, self._target.get(p, o)) for p, o in ends.items()}
         start = _partitions_of(start)
@@ -207,6 +216,7 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
             # few hundred milliseconds late on a busy machine (a burst's first ~0.5 s on 2 cores)
             self._tick += 1
             ends[TICK] = self._tick
+        ends[TOPIC] = self.settings.topic
         return ends
 
     def partitions(self, start: dict, end: dict) -> Sequence[Slices]:
@@ -328,8 +338,8 @@ def _attempt() -> int | None:
 
 
 def _partitions_of(offsets: dict) -> dict:
-    """A source offset without its :data:`TICK`: ``{partition: offset}``."""
-    return {p: o for p, o in offsets.items() if p != TICK}
+    """A source offset without its :data:`TICK` and :data:`TOPIC`: ``{partition: offset}``."""
+    return {p: o for p, o in offsets.items() if p != TICK and p != TOPIC}
 
 
 def _capped(start: dict, ends: dict, max_rows: int) -> dict:

@@ -27,7 +27,7 @@ class ProcessorOptions:
 
     app_ref: str  # "module:attribute" of the App, importable on every executor
     topics: AppTopics | None = None  # default: topics_for(app.name, kafka.topic_prefix)
-    checkpoint: str | None = None  # default: <checkpoint_dir>/<app>/processor
+    checkpoint: str | None = None  # default: <checkpoint_dir>/<topic prefix><app>/processor
     dedup: DedupPolicy = DedupPolicy()
     max_offsets_per_trigger: int | None = None
     trigger_interval: str | None = None  # e.g. "500 milliseconds"; None: as fast as possible

@@ -49,6 +49,8 @@ def _board() -> StatusBoard:
 def test_offsets_of_both_sources() -> None:
     assert parse_offsets('{"0": 5, "1": 7}', "bank.commands") == {0: 5, 1: 7}
     assert parse_offsets('{"bank.events": {"0": 4}}', "bank.events") == {0: 4}
+    # the processor's source: its tick and its topic are not partitions
+    assert parse_offsets('{"0": 5, "tick": 9, "topic": "bank.commands"}', "bank.commands") == {0: 5}
     assert parse_offsets(None, "t") == {} and parse_offsets('"x"', "t") == {}
 
 

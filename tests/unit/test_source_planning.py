@@ -6,7 +6,11 @@ import time
 
 from cqrs.config import load_config
 from cqrs.processor.workers import ProcessorOptions
-from cqrs.processor.source import COMMANDS_PER_TASK, TICK, CommandReader, SourceSettings
+import pytest
+
+from cqrs.processor.source import (
+    COMMANDS_PER_TASK, TICK, TOPIC, CommandReader, SourceError, SourceSettings,
+)
 
 
 def _reader(serve_s: float, tasks: int = 2, quiet_tasks: int = 1,
@@ -57,7 +61,7 @@ def test_a_continuous_source_moves_its_tick_so_batches_follow_each_other() -> No
     reader._marks = lambda: {0: (0, 5), 1: (0, 3)}  # type: ignore[method-assign]
     first = reader.latestOffset({"0": 5, "1": 3}, None)
     second = reader.latestOffset(first, None)
-    assert {k: v for k, v in first.items() if k != TICK} == {"0": 5, "1": 3}
+    assert {k: v for k, v in first.items() if k != TICK} == {"0": 5, "1": 3, TOPIC: "t.commands"}
     assert first[TICK] != second[TICK]
     # the tick is not a partition: planning ignores it
     plan = reader.partitions(first, second)
@@ -67,7 +71,7 @@ def test_a_continuous_source_moves_its_tick_so_batches_follow_each_other() -> No
 def test_a_source_that_is_not_continuous_has_no_tick() -> None:
     for reader in (_reader(2.0), _reader(0.0, continuous=True)):
         reader._marks = lambda: {0: (0, 5)}  # type: ignore[method-assign]
-        assert reader.latestOffset({"0": 5}, None) == {"0": 5}
+        assert reader.latestOffset({"0": 5}, None) == {"0": 5, TOPIC: "t.commands"}
 
 
 def test_available_now_stops_at_what_the_topic_held_when_it_started() -> None:
@@ -77,8 +81,10 @@ def test_available_now_stops_at_what_the_topic_held_when_it_started() -> None:
     reader.prepareForTriggerAvailableNow()
     marks = {0: (0, 9), 1: (0, 4)}  # more arrives after the run started: not for this run
     # an earlier serving run's unfinished batch ends with a tick: a batch without it follows
-    assert reader.latestOffset({"0": 2, "1": 3, TICK: 8}, None) == {"0": 5, "1": 3}
-    assert reader.latestOffset({"0": 5, "1": 3}, None) == {"0": 5, "1": 3}  # done
+    assert reader.latestOffset({"0": 2, "1": 3, TICK: 8}, None) == {"0": 5, "1": 3,
+                                                                    TOPIC: "t.commands"}
+    done = {"0": 5, "1": 3, TOPIC: "t.commands"}
+    assert reader.latestOffset(done, None) == done  # the same offset: no further batch
 
 
 def test_a_batch_of_several_tasks_has_one_plan_that_a_re_run_repeats() -> None:
@@ -98,3 +104,23 @@ def test_shares_stay_the_same_from_batch_to_batch_unless_uneven() -> None:
     quiet = reader.partitions({str(p): 0 for p in range(4)}, {str(p): 0 for p in range(4)})
     busy = reader.partitions({str(p): 0 for p in range(4)}, {"0": 9000, "1": 8000, "2": 9500, "3": 8500})
     assert [sorted(s.ranges) for s in quiet] == [sorted(s.ranges) for s in busy] == [[0, 2], [1, 3]]
+
+
+def test_a_checkpoint_of_another_topic_is_refused_not_read_as_this_ones() -> None:
+    """Offsets are per partition number: those of another topic (the same app under another
+    topic prefix, on a checkpoint it shared) would skip this topic's commands silently."""
+    reader = _reader(2.0, continuous=True)
+    reader._marks = lambda: {0: (0, 5)}  # type: ignore[method-assign]
+    assert reader.initialOffset() == {"0": 0, TOPIC: "t.commands"}
+    with pytest.raises(SourceError, match=r"'other.commands'.*'t.commands'.*checkpoint of its own"):
+        reader.latestOffset({"0": 3, TOPIC: "other.commands"}, None)
+    assert reader.latestOffset({"0": 3}, None)[TOPIC] == "t.commands"  # recorded before: none
+
+
+def test_the_default_checkpoint_has_the_topic_prefix_in_it() -> None:
+    from cqrs.processor.job import checkpoint_for
+
+    cfg = load_config(env={"CQRS_SPARK_CHECKPOINT_DIR": "/ck"})
+    assert checkpoint_for(cfg, "bank") == "/ck/bank/processor"
+    prefixed = cfg.with_overrides(kafka={"topic_prefix": "staging."})
+    assert checkpoint_for(prefixed, "bank") == "/ck/staging.bank/processor"
