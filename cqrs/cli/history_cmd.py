@@ -20,7 +20,10 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
         description="Reads the history table in Cassandra (no Spark), which the history job "
         "keeps (`cqrs run history APP`, or part of `cqrs run app`). Events written by an older "
         "class show in their current shape (the app's upcasters). `time` is the domain time "
-        "(the command's), `recorded` the time Kafka recorded the event.")
+        "(the command's), `recorded` the time Kafka recorded the event. The table cuts a cell "
+        "longer than 60 characters with '…' (the data, mostly): --json prints every event "
+        "whole. Run it with the topic prefix of the history job (CQRS_KAFKA_TOPIC_PREFIX): the "
+        "rows are kept per prefix and app, and another prefix finds none.")
     history.add_argument("app", help="the App, as module:attribute (e.g. domain_examples.bank:app)")
     history.add_argument("aggregate_id", help="the aggregate id")
     history.add_argument("--type", dest="aggregate_type", default=None,
@@ -31,7 +34,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                          help="events to show at most (default 100; the next page's "
                          "--from-version is printed when there are more)")
     history.add_argument("--json", action="store_true",
-                         help="one JSON object: the events (envelope and data) and next_version")
+                         help="one JSON object: the events whole (envelope and data, nothing "
+                         "cut) and next_version, the next page's --from-version (null on the "
+                         "last page; over HTTP the same number is next_page_token, as text)")
     history.set_defaults(run=_run_history)
 
     run = job_parsers(commands).add_parser(
