@@ -79,14 +79,23 @@ def _run_history(cfg: CqrsConfig, args: argparse.Namespace) -> int:
     with HistoryReader(app, cfg) as history:
         page = history.events(args.aggregate_id, args.aggregate_type,
                               from_version=args.from_version, limit=args.limit)
+        # an empty page past the end of a history that exists is not "no history"
+        exists = bool(page.events) or (args.from_version > 1 and bool(
+            history.events(args.aggregate_id, args.aggregate_type, limit=1).events))
     if args.json:
         print(json.dumps({"events": [event_json(e) for e in page.events],
                           "next_version": page.next_version}, indent=2))
         return 0 if page.events or args.from_version > 1 else 1
     if not page.events:
-        print(f"no history for aggregate {args.aggregate_id!r} of app {app.name!r} from version "
-              f"{args.from_version} (is the history job running: `cqrs run history`?)",
-              file=sys.stderr)
+        if exists:
+            print(f"aggregate {args.aggregate_id!r} of app {app.name!r} has no events from "
+                  f"version {args.from_version} on: its history ends before it (ask for a lower "
+                  "--from-version)", file=sys.stderr)
+        else:
+            print(f"no history for aggregate {args.aggregate_id!r} of app {app.name!r} under "
+                  f"topic prefix {cfg.kafka.topic_prefix!r} (is the history job running: "
+                  "`cqrs run history`? is CQRS_KAFKA_TOPIC_PREFIX the processor's?)",
+                  file=sys.stderr)
         return 1
     print(history_table(page.events))
     if page.next_version is not None:

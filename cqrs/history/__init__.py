@@ -25,7 +25,7 @@ from cqrs.history.frames import log_stream, log_table, log_views, states_as_of
 from cqrs.history.reader import MAX_PAGE, HistoryReader, HistoryRequestError, parse_page_token
 from cqrs.history.rows import (
     BUCKET_SIZE, HistoricState, HistoryEvent, HistoryPage, HistoryRangeError, HistoryRow,
-    decode_row, fold, row_from_record, rows_from_records,
+    HistoryTimeError, decode_row, fold, row_from_record, rows_from_records,
 )
 from cqrs.history.table import HISTORY_TABLE, HistoryStoreError, MemoryHistoryTable, partition_of
 
@@ -48,6 +48,7 @@ __all__ = [
     "HistoryRequestError",
     "HistoryRow",
     "HistoryStoreError",
+    "HistoryTimeError",
     "LogTableError",
     "MemoryHistoryTable",
     "decode_row",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from typing import Any
 
-from cqrs.history.rows import HistoryEvent, HistoryRangeError
+from cqrs.history.rows import HistoryEvent, HistoryTimeError
 
 __all__ = ["event_json", "parse_time"]
 
@@ -28,12 +29,23 @@ def event_json(e: HistoryEvent, *, text_times: bool = True) -> dict[str, Any]:
 
 
 def parse_time(text: str) -> _dt.datetime:
-    """An ISO-8601 time with a UTC offset (``Z`` allowed), else :class:`HistoryRangeError`."""
+    """An ISO-8601 time with a UTC offset (``Z`` allowed), else :class:`HistoryTimeError`
+    saying how to write it."""
+    given = text.strip()
+    shown = given.replace("Z", "+00:00").replace("z", "+00:00")
+    if "T" not in shown.upper() and " " not in shown:
+        raise HistoryTimeError(
+            f"time {text!r} is a date, not a time: write e.g. {given[:10]}T00:00:00Z")
     try:
-        at = _dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        at = _dt.datetime.fromisoformat(shown)
     except ValueError:
-        raise HistoryRangeError(
-            f"time {text!r} is not an ISO-8601 time such as 2026-03-01T12:00:00+00:00") from None
+        hint = ""
+        if re.search(r"\d \d\d:\d\d$", given):  # "...:21.715 00:00": a "+" read as a space
+            hint = (": in a URL query a '+' arrives as a space, so write the offset as %2B00:00 "
+                    "or use Z")
+        raise HistoryTimeError(
+            f"time {text!r} is not an ISO-8601 time such as 2026-03-01T12:00:00+00:00"
+            f"{hint}") from None
     if at.tzinfo is None:
-        raise HistoryRangeError(f"time {text!r} has no UTC offset: add +00:00 (or Z)")
+        raise HistoryTimeError(f"time {text!r} has no UTC offset: add +00:00 (or Z)")
     return at

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from cqrs.collector import paused
 from cqrs.config import CqrsConfig
-from cqrs.errors import CqrsError
 from cqrs.history.rows import (
-    HistoricState, HistoryEvent, HistoryPage, HistoryRangeError, HistoryRow, decode_row, fold,
+    HistoricState, HistoryEvent, HistoryPage, HistoryRangeError, HistoryRequestError, HistoryRow,
+    HistoryTimeError, decode_row, fold,
 )
 from cqrs.history.table import HistoryTable
 from cqrs.topics import AppTopics, topics_for
@@ -33,10 +33,6 @@ __all__ = ["MAX_PAGE", "HistoryReader", "HistoryRequestError", "parse_page_token
 
 MAX_PAGE: Final = 10_000  # events per page at most
 _CHUNK: Final = 1_000  # rows read at a time when folding
-
-
-class HistoryRequestError(CqrsError, ValueError):
-    """A history request that cannot be answered as asked (a bad limit, page token or type)."""
 
 
 def parse_page_token(token: str) -> int:
@@ -138,13 +134,19 @@ class HistoryReader:
         return out
 
     def events(self, aggregate_id: str, aggregate_type: str | None = None, *,
-               from_version: int = 1, limit: int = 100,
+               from_version: int | None = None, limit: int = 100,
                page_token: str | None = None) -> HistoryPage:
-        """A page of the aggregate's events in version order, from ``from_version`` (or from
-        ``page_token``, the previous page's ``next_page_token``), at most ``limit``. An unknown
-        aggregate has an empty page."""
+        """A page of the aggregate's events in version order, from ``from_version`` (default 1)
+        or from ``page_token`` (the previous page's ``next_page_token``; not both), at most
+        ``limit``. An unknown aggregate has an empty page."""
         if page_token is not None:
+            if from_version is not None:
+                raise HistoryRequestError(
+                    f"give page_token ({page_token!r}) or from_version ({from_version}), not "
+                    "both: the token is where the next page starts")
             from_version = parse_page_token(page_token)
+        elif from_version is None:
+            from_version = 1
         if not 1 <= limit <= MAX_PAGE:
             raise HistoryRequestError(f"limit {limit} is not between 1 and {MAX_PAGE}")
         if from_version < 1:
@@ -187,8 +189,14 @@ class HistoryReader:
         ``at`` is outside the aggregate's history (or ``at`` is in the future)."""
         if (version is None) == (at is None):
             raise HistoryRequestError("give one of version=N or at=TIME, not both or neither")
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+            raise HistoryRequestError(f"version {version!r} is not a whole number: pass e.g. version=2")
+        if at is not None and not isinstance(at, _dt.datetime):
+            raise HistoryTimeError(
+                f"at={at!r} is not a datetime: pass a timezone-aware datetime (parse text with "
+                "datetime.fromisoformat, e.g. '2026-03-01T12:00:00+00:00')")
         if at is not None and (at.tzinfo is None or at.utcoffset() is None):
-            raise HistoryRangeError(
+            raise HistoryTimeError(
                 f"time {at.isoformat()} has no UTC offset: give a timezone-aware time, e.g. "
                 "2026-03-01T12:00:00+00:00")
         table, _ = self._open()

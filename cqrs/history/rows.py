@@ -29,7 +29,9 @@ __all__ = [
     "HistoryEvent",
     "HistoryPage",
     "HistoryRangeError",
+    "HistoryRequestError",
     "HistoryRow",
+    "HistoryTimeError",
     "bucket_of",
     "decode_row",
     "fold",
@@ -50,6 +52,15 @@ def bucket_of(version: int, bucket_size: int = BUCKET_SIZE) -> int:
 
 class HistoryRangeError(CqrsError, LookupError):
     """A version or a time outside an aggregate's history (the message names the range)."""
+
+
+class HistoryRequestError(CqrsError, ValueError):
+    """A history request that cannot be answered as asked (a bad limit, page token or type)."""
+
+
+class HistoryTimeError(HistoryRequestError):
+    """A time that is not one: malformed, a date alone, or without a UTC offset (the message
+    says how to write it)."""
 
 
 @attrs.frozen(slots=True)
@@ -185,7 +196,7 @@ class HistoricState:
 
 def _aware(at: _dt.datetime) -> _dt.datetime:
     if at.tzinfo is None or at.utcoffset() is None:
-        raise HistoryRangeError(
+        raise HistoryTimeError(
             f"time {at.isoformat()} has no UTC offset: give a timezone-aware time, e.g. "
             "2026-03-01T12:00:00+00:00")
     return at.astimezone(_UTC)

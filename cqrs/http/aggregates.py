@@ -89,7 +89,8 @@ def routes(ctx: HttpContext) -> APIRouter:
     async def get_events(aggregate_id: str,
                          type: str | None = Query(None, description="aggregate type name, when "  # noqa: A002
                                                   "the id exists under several types"),
-                         from_version: int = Query(1, ge=1, description="the first version"),
+                         from_version: int | None = Query(None, ge=1, description="the first "
+                                                          "version (default 1; or page_token)"),
                          limit: int = Query(100, ge=1, le=10_000, description="events per page"),
                          page_token: str | None = Query(None, description="the previous page's "
                                                         "next_page_token")) -> Any:

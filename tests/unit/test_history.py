@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from cqrs.domain.decision import replay
 from cqrs.envelope import from_kafka
 from cqrs.history import (
-    HistoryRangeError, HistoryReader, HistoryRequestError, HistoryRow, MemoryHistoryTable,
-    decode_row, row_from_record,
+    HistoryRangeError, HistoryReader, HistoryRequestError, HistoryRow, HistoryTimeError,
+    MemoryHistoryTable, decode_row, row_from_record,
 )
 from cqrs.history.job import HistoryRun
 from cqrs.testing.example import (
@@ -139,7 +139,7 @@ def test_state_at_a_time_counts_the_events_recorded_by_then(ann: LocalRunner) ->
         history.state_at("acc-1", at=dt.datetime(2025, 12, 31, tzinfo=utc))
     with pytest.raises(HistoryRangeError, match="in the future"):
         history.state_at("acc-1", at=dt.datetime(2030, 1, 1, tzinfo=utc))
-    with pytest.raises(HistoryRangeError, match="no UTC offset"):
+    with pytest.raises(HistoryTimeError, match="no UTC offset"):
         history.state_at("acc-1", at=dt.datetime(2026, 1, 1))  # noqa: DTZ001
 
 
@@ -294,8 +294,11 @@ def test_http_state_at_a_version_or_a_time(http: Any) -> None:
     r = http.get("/aggregates/acc-1", params={"at_version": 7})
     assert r.status_code == 404 and "its versions are 1 to 6" in r.json()["message"]
     assert r.json()["error"] == "HistoryRangeError"
-    r = http.get("/aggregates/acc-1", params={"at": "yesterday"})
-    assert r.status_code == 404 and "ISO-8601" in r.json()["message"]
+    r = http.get("/aggregates/acc-1", params={"at": "yesterday"})  # a bad request, not "not found"
+    assert r.status_code == 400 and "ISO-8601" in r.json()["message"]
+    assert r.json()["error"] == "HistoryTimeError"
+    r = http.get("/aggregates/acc-1/events", params={"page_token": "2", "from_version": 1})
+    assert r.status_code == 400 and "not both" in r.json()["message"]
     r = http.get("/aggregates/acc-1", params={"at_version": 2, "wait_for_version": 2})
     assert r.status_code == 400 and "wait_for_version" in r.json()["message"]
     assert http.get("/aggregates/nobody", params={"at_version": 1}).status_code == 404
@@ -397,3 +400,27 @@ def test_a_rows_envelope_cell_gives_back_every_field(
                      partition, offset)
     assert row_from_cells(row.aggregate_type, row.aggregate_id, 7, envelope_text(row),
                           payload) == row
+
+
+def test_times_that_are_not_times_say_how_to_write_one() -> None:
+    from cqrs.history.forms import parse_time
+
+    assert parse_time("2026-11-26T18:36:21Z") == dt.datetime(2026, 11, 26, 18, 36, 21,
+                                                             tzinfo=dt.timezone.utc)
+    with pytest.raises(HistoryTimeError, match=r"is a date, not a time: write e.g. 2026-11-26T00:00:00Z"):
+        parse_time("2026-11-26Z")
+    with pytest.raises(HistoryTimeError, match=r"a '\+' arrives as a space.*%2B00:00"):
+        parse_time("2026-11-26T18:36:21.715 00:00")  # ?at=...+00:00 unencoded
+    with pytest.raises(HistoryTimeError, match="no UTC offset"):
+        parse_time("2026-11-26T18:36:21")
+    assert issubclass(HistoryTimeError, HistoryRequestError)  # a bad request (HTTP 400)
+
+
+def test_a_page_token_and_a_from_version_together_are_refused(ann: LocalRunner) -> None:
+    history = reader_over(history_rows(ann))
+    first = history.events("acc-1", limit=2)
+    assert first.next_page_token is not None
+    with pytest.raises(HistoryRequestError, match="not both"):
+        history.events("acc-1", limit=2, from_version=1, page_token=first.next_page_token)
+    with pytest.raises(HistoryRequestError, match="not a whole number"):
+        history.state_at("acc-1", version="2")  # type: ignore[arg-type]
