@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import encode_all, fresh_topics, produce, remove_fresh  # noqa: E402
 
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
+from cqrs.personal.keys import KeyCache  # noqa: E402
 from cqrs.processor.job import publish_app_schemas  # noqa: E402
 from cqrs.processor.workers import ProcessorOptions, worker_for  # noqa: E402
 from cqrs.processor.partition import SliceStats, StateCache, run_task  # noqa: E402
@@ -45,8 +46,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dump", help="also write the profile to this file (for pstats / snakeviz)")
     ap.add_argument("--no-profile", action="store_true", help="timings only (cProfile adds ~2x)")
     ap.add_argument("--cold", action="store_true",
-                    help="forget the warm-up's cached states: every aggregate is read from the "
-                         "state table (a worker that did not process the partition before)")
+                    help="forget the warm-up's cached states (and data subjects' keys): every "
+                         "aggregate is read from the state table, every key from the key table "
+                         "(a worker that did not process the partition before)")
     args = ap.parse_args(argv)
 
     cfg = load_config()
@@ -106,6 +108,8 @@ def profile_slices(cfg: CqrsConfig, args: argparse.Namespace, bank: Bank) -> Non
     drain(None)  # the warm-up: open every account
     if args.cold:
         worker.cache = StateCache(worker.cache.capacity)
+        if isinstance(worker.step.codec.key_store, KeyCache):
+            worker.step.codec.key_store.clear()
     produce(cfg, topics.commands, work)
     profile = None if args.no_profile else cProfile.Profile()
     stats, wall, total = drain(profile)

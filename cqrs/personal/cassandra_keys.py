@@ -3,22 +3,31 @@
 One row per subject: ``subject text PRIMARY KEY, wrapped blob, created timestamp``, the key
 wrapped by the master key (:class:`~cqrs.personal.cipher.MasterKey`), so the table alone
 opens nothing. A first key is inserted with ``IF NOT EXISTS`` (a lightweight transaction): two
-processes making a subject's key at once end up with the same one. ``forget`` deletes the row.
+processes making a subject's key at once end up with the same one. ``forget`` deletes the row,
+after recording the subject in ``cqrs_forgotten_subjects`` (``day int, at timestamp, subject
+text``, a partition a day, rows kept :data:`~cqrs.personal.keys.FORGET_LOG_KEEP_S`): the record
+the processes' key caches read to drop a forgotten subject's key, instead of reading every key
+again each TTL (:meth:`~cqrs.personal.keys.KeyStore.forgotten_since`). Delete keys only through
+``forget``: a key row deleted otherwise goes unnoticed by the caches while they keep checking.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import time
 from collections.abc import Collection
 
 from cqrs.cassandra_io import CassandraSession
 from cqrs.config import CqrsConfig
 from cqrs.errors import KeyStoreError
 from cqrs.personal.cipher import MasterKey, SubjectKey
-from cqrs.personal.keys import KeyCache, KeyStore
+from cqrs.personal.keys import FORGET_LOG_KEEP_S, FORGET_LOG_MARGIN_S, KeyCache, KeyStore
 
-__all__ = ["KEY_TABLE", "CassandraKeyStore", "open_key_store"]
+__all__ = ["FORGOTTEN_TABLE", "KEY_TABLE", "CassandraKeyStore", "open_key_store"]
 
 KEY_TABLE = "cqrs_subject_keys"
+FORGOTTEN_TABLE = "cqrs_forgotten_subjects"
+_DAY_S = 86400
 
 
 class CassandraKeyStore(KeyStore):
@@ -30,6 +39,8 @@ class CassandraKeyStore(KeyStore):
         self.master = master
         session.execute(f"CREATE TABLE IF NOT EXISTS {KEY_TABLE} (subject text PRIMARY KEY, "
                         "wrapped blob, created timestamp)")
+        session.execute(f"CREATE TABLE IF NOT EXISTS {FORGOTTEN_TABLE} (day int, at timestamp, "
+                        "subject text, PRIMARY KEY ((day), at, subject))")
 
     def get_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
         rows = self.session.read_in(f"SELECT subject, wrapped FROM {KEY_TABLE}", "subject",
@@ -58,12 +69,30 @@ class CassandraKeyStore(KeyStore):
         return found
 
     def forget(self, subject: str) -> bool:
+        record = self.session.prepare(
+            f"INSERT INTO {FORGOTTEN_TABLE} (day, at, subject) VALUES (?, ?, ?) "
+            f"USING TTL {int(FORGET_LOG_KEEP_S + 2 * _DAY_S)}", write=True)
+        now = time.time()
+        self.session.execute(record, (int(now // _DAY_S), _timestamp(now), subject))  # first
         delete = self.session.prepare(f"DELETE FROM {KEY_TABLE} WHERE subject = ? IF EXISTS",
                                       write=True)
         return bool(self.session.execute(delete, (subject,)).was_applied)
 
+    def forgotten_since(self, since: float) -> Collection[str]:
+        """The subjects recorded by :meth:`forget` (in any process) at or after ``since``: one
+        request over the days from ``since`` to now (and a clock margin beyond)."""
+        read = self.session.prepare(
+            f"SELECT subject FROM {FORGOTTEN_TABLE} WHERE day IN ? AND at >= ?")
+        last = int((time.time() + FORGET_LOG_MARGIN_S) // _DAY_S)
+        days = list(range(int(since // _DAY_S), last + 1))
+        return {row[0] for row in self.session.execute(read, (days, _timestamp(since)))}
+
     def close(self) -> None:
         self.session.close()
+
+
+def _timestamp(seconds: float) -> _dt.datetime:
+    return _dt.datetime.fromtimestamp(seconds, _dt.timezone.utc)
 
 
 def open_key_store(cfg: CqrsConfig) -> KeyStore:

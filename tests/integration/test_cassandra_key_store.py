@@ -90,3 +90,22 @@ def test_a_codec_seals_with_the_configured_store_and_forgets_through_it(
     finally:
         keys.close()
         reader_keys.close()
+
+
+def test_a_forget_is_recorded_and_another_processs_cache_drops_the_key_at_its_next_check(
+        cassandra_store: CassandraKeyStore) -> None:
+    import time
+
+    subject = f"ann-{uuid.uuid4().hex[:8]}"
+    now = [0.0]
+    elsewhere = KeyCache(cassandra_store, ttl_s=60, clock=lambda: now[0])
+    key = elsewhere.prefetch([subject])[subject]
+    before = time.time()
+    assert subject not in cassandra_store.forgotten_since(before - 1)
+    assert KeyCache(cassandra_store).forget(subject)  # another process's cache
+    assert subject in cassandra_store.forgotten_since(before - 1)
+    assert subject not in cassandra_store.forgotten_since(time.time() + 5)
+    assert elsewhere.cached(subject) is key  # until its next check of the record
+    now[0] = 15.0  # a quarter of the TTL on: checked, dropped, and read as gone
+    assert elsewhere.prefetch([subject], create=False) == {}
+    assert elsewhere.key_for(subject, key.key_id) is None

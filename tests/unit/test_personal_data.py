@@ -374,9 +374,16 @@ class _CountingCreates(_Counting):
         return super().get_or_create_many(subjects)
 
 
+class _Unrecorded(_CountingCreates):
+    """A store that keeps no record of its forgets (a KMS, say)."""
+
+    def forgotten_since(self, since):  # type: ignore[no-untyped-def]
+        return None
+
+
 def test_a_batch_prefetch_is_one_request_and_refreshes_keys_past_half_their_age() -> None:
     now = [0.0]
-    store = _CountingCreates()
+    store = _Unrecorded()  # no record of forgets to check instead
     cache = KeyCache(store, size=100, ttl_s=60, clock=lambda: now[0])
     subjects = [f"s-{n}" for n in range(40)]
     keys = cache.prefetch(subjects)
@@ -392,6 +399,53 @@ def test_a_batch_prefetch_is_one_request_and_refreshes_keys_past_half_their_age(
     again = cache.prefetch(subjects[:2])
     assert store.creates[1:] == [["s-0", "s-1"]]
     assert again["s-1"] == keys["s-1"] and again["s-0"].key_id != keys["s-0"].key_id
+
+
+def test_a_store_that_records_its_forgets_spares_the_cache_reading_every_key_again() -> None:
+    now, wall = [0.0], [1_000_000.0]
+    store = _CountingCreates()
+    store._clock = lambda: wall[0]  # noqa: SLF001 - the record's clock, the test's
+    cache = KeyCache(store, size=100, ttl_s=60, clock=lambda: now[0], wall=lambda: wall[0])
+    other = KeyCache(store, size=100, ttl_s=60, clock=lambda: now[0], wall=lambda: wall[0])
+    subjects = [f"s-{n}" for n in range(40)]
+    keys = cache.prefetch(subjects)
+    assert other.get("s-0") == keys["s-0"]
+    for t in (14.0, 29.0, 44.0, 59.0, 74.0, 89.0, 120.0, 600.0):  # long past the TTL:
+        now[0], wall[0] = t, 1_000_000.0 + t  # each batch checks the record when it is due
+        assert cache.prefetch(subjects) == keys and cache.fresh_after() == float("-inf")
+        assert cache.get_or_create("s-3") is keys["s-3"]
+    assert store.creates == [sorted(subjects)]  # no key read again (the other cache's own:)
+    assert store.reads == [["s-0"]]
+    other.forget("s-0")  # by another process: the next check (a quarter TTL on) drops it
+    assert cache.cached("s-0") is keys["s-0"]
+    now[0], wall[0] = 616.0, 1_000_616.0
+    assert cache.fresh_after() == float("-inf")
+    assert cache.cached("s-0") is None and cache.key_for("s-0", keys["s-0"].key_id) is None
+    assert cache.cached("s-1") is keys["s-1"]
+    # the bound holds without checks too: a key is used at most a TTL after the last check
+    now[0], wall[0] = 676.5, 1_000_676.5
+    assert cache.cached("s-1") is None
+
+
+def test_a_failed_check_of_the_forget_record_leaves_the_keys_to_their_ttl() -> None:
+    from cqrs.errors import KeyStoreError
+
+    class Failing(_CountingCreates):
+        fail = False
+
+        def forgotten_since(self, since):  # type: ignore[no-untyped-def]
+            if self.fail:
+                raise KeyStoreError("key store: Cassandra is down")
+            return super().forgotten_since(since)
+
+    now = [0.0]
+    store = Failing()
+    cache = KeyCache(store, size=10, ttl_s=60, clock=lambda: now[0])
+    key = cache.get_or_create("ann")
+    store.fail = True
+    now[0] = 61.0
+    assert cache.fresh_after() == 31.0  # not vouched for: ages by its TTL
+    assert cache.prefetch(["ann"])["ann"] == key and store.creates[-1] == ["ann"]  # read again
 
 
 def test_sealing_the_same_value_again_is_remembered_by_the_key() -> None:
