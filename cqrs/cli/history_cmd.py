@@ -80,14 +80,14 @@ def _run_history(cfg: CqrsConfig, args: argparse.Namespace) -> int:
         page = history.events(args.aggregate_id, args.aggregate_type,
                               from_version=args.from_version, limit=args.limit)
         # an empty page past the end of a history that exists is not "no history"
-        exists = bool(page.events) or (args.from_version > 1 and bool(
-            history.events(args.aggregate_id, args.aggregate_type, limit=1).events))
+        past_the_end = not page.events and not args.json and args.from_version > 1 and bool(
+            history.events(args.aggregate_id, args.aggregate_type, limit=1).events)
     if args.json:
         print(json.dumps({"events": [event_json(e) for e in page.events],
                           "next_version": page.next_version}, indent=2))
         return 0 if page.events or args.from_version > 1 else 1
     if not page.events:
-        if exists:
+        if past_the_end:
             print(f"aggregate {args.aggregate_id!r} of app {app.name!r} has no events from "
                   f"version {args.from_version} on: its history ends before it (ask for a lower "
                   "--from-version)", file=sys.stderr)

@@ -21,7 +21,7 @@ from cqrs.collector import paused
 from cqrs.config import CqrsConfig
 from cqrs.history.rows import (
     HistoricState, HistoryEvent, HistoryPage, HistoryRangeError, HistoryRequestError, HistoryRow,
-    HistoryTimeError, decode_row, fold,
+    HistoryTimeError, decode_row, fold, utc_time,
 )
 from cqrs.history.table import HistoryTable
 from cqrs.topics import AppTopics, topics_for
@@ -195,10 +195,8 @@ class HistoryReader:
             raise HistoryTimeError(
                 f"at={at!r} is not a datetime: pass a timezone-aware datetime (parse text with "
                 "datetime.fromisoformat, e.g. '2026-03-01T12:00:00+00:00')")
-        if at is not None and (at.tzinfo is None or at.utcoffset() is None):
-            raise HistoryTimeError(
-                f"time {at.isoformat()} has no UTC offset: give a timezone-aware time, e.g. "
-                "2026-03-01T12:00:00+00:00")
+        if at is not None:
+            at = utc_time(at)  # before any read: a time without an offset is refused
         table, _ = self._open()
         found_type = self._type_of(table, aggregate_id, aggregate_type)
         if found_type is None:

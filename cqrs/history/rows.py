@@ -37,6 +37,7 @@ __all__ = [
     "fold",
     "row_from_record",
     "rows_from_records",
+    "utc_time",
 ]
 
 BUCKET_SIZE: Final = 10_000
@@ -194,7 +195,8 @@ class HistoricState:
     recorded_at: _dt.datetime
 
 
-def _aware(at: _dt.datetime) -> _dt.datetime:
+def utc_time(at: _dt.datetime) -> _dt.datetime:
+    """``at`` in UTC; :class:`HistoryTimeError` for a time without a UTC offset."""
     if at.tzinfo is None or at.utcoffset() is None:
         raise HistoryTimeError(
             f"time {at.isoformat()} has no UTC offset: give a timezone-aware time, e.g. "
@@ -226,7 +228,7 @@ def fold(aggregate_cls: type, events: Sequence[HistoryEvent], *, last_version: i
         chosen = [e for e in events if e.version <= version]
     else:
         assert at is not None
-        when = _aware(at)
+        when = utc_time(at)
         first = events[0].recorded_at
         if when < first:
             raise HistoryRangeError(

@@ -328,18 +328,16 @@ class StateTable:
             "(?, ?, ?, ?) IF NOT EXISTS", write=True)
         table = state_table_name(self.app_name, generation)
 
-        def attempt() -> tuple[Any, ...]:
+        def holder() -> int | None:
             found = self.cassandra.execute(stmt, (table, plan, share, task))
             row = found.one()
             if row[0]:
-                return True, task
+                return task
             # not applied: the answer holds the claim there is (of another task, or of this
             # one, through an attempt that timed out but took effect)
-            named = dict(zip(found.column_names, row, strict=True))
-            return False, named.get("task")
+            return dict(zip(found.column_names, row, strict=True)).get("task")
 
-        _, holder = _retried(attempt)
-        return holder == task
+        return _retried(holder) == task
 
     def close(self) -> None:
         self.cassandra.close()
