@@ -63,7 +63,7 @@ class SubjectKey:
     """One data subject's data key: a random id (written beside each ciphertext) and 32 secret
     bytes. Its repr shows the id only."""
 
-    __slots__ = ("_aead", "_nonce_key", "_sealed", "key_id", "secret")
+    __slots__ = ("_aead", "_last", "_nonce_key", "_sealed", "key_id", "secret")
 
     def __init__(self, key_id: bytes, secret: bytes) -> None:
         if len(key_id) != KEY_ID_BYTES or len(secret) != _KEY_BYTES:
@@ -79,6 +79,10 @@ class SubjectKey:
         # or e-mail is sealed again with every event and state that copies it (see seal_text)
         # (and the sealed values of whole messages: FieldSealer.sealed_values)
         self._sealed: dict[tuple[Any, ...], Any] = {}
+        # the last entry of _sealed a message used (names, values, subject, sealed): the event
+        # a command writes and the state after it carry the same person's values, one after
+        # the other (a tuple compared, not a memo's hash and look-up)
+        self._last: tuple[Any, ...] | None = None
 
     @classmethod
     def new(cls) -> SubjectKey:

@@ -87,12 +87,18 @@ class FieldSealer:
             # the usual case first: values this subject's cached key sealed lately (they were
             # checked then); no key is made or asked for here
             cached = self.key_store.cached(subject)
-            try:
-                found = None if cached is None else cached._sealed.get(  # noqa: SLF001
-                    (self.names, values, subject))
-            except TypeError:  # an unhashable value: the checks below say what
-                found = None
+            found = None
+            if cached is not None:
+                last = cached._last  # noqa: SLF001 - the cipher's memo
+                if last is not None and last[1] == values and last[0] == self.names and \
+                        last[2] == subject:
+                    return last[3]  # type: ignore[no-any-return]
+                try:
+                    found = cached._sealed.get((self.names, values, subject))  # noqa: SLF001
+                except TypeError:  # an unhashable value: the checks below say what
+                    pass
             if found is not None:
+                cached._last = (self.names, values, subject, found)  # noqa: SLF001
                 return found  # type: ignore[no-any-return]
         plain = False
         for value, replacement in zip(values, self._replacements):
@@ -125,6 +131,7 @@ class FieldSealer:
                     for name, value, replacement in zip(self.names, values, self._replacements))
         if wanted is not None:
             remember(memo, wanted, out)
+            key._last = (*wanted, out)  # noqa: SLF001
         return out
 
     def copy_with(self, obj: Any, values: tuple[Any, ...]) -> Any:

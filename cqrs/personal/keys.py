@@ -153,6 +153,11 @@ class KeyCache(KeyStore):
         self._asking = threading.Lock()
         self._recorded = True  # whether the store records its forgets (until it says not)
         self._wall = wall
+        # how many times a key handed out may have stopped being its subject's (see drops),
+        # and the last entry looked up by a message (subject, entry, drops then): the event
+        # and the state a command writes seal the same person's values one after the other
+        self._drops = 0
+        self._last: tuple[str, tuple[SubjectKey, float], int] | None = None
 
     def _vouch(self) -> None:
         """Ask the store for the subjects forgotten since the last check (when it is a quarter
@@ -179,6 +184,8 @@ class KeyCache(KeyStore):
             with self._lock:
                 for subject in forgotten:
                     self._keys.pop(subject, None)
+                if forgotten:
+                    self._drops += 1
             self._asked, self._vouched = wall, now
         finally:
             self._asking.release()
@@ -209,13 +216,19 @@ class KeyCache(KeyStore):
         and with it the values it sealed lately (its memo, see cqrs.personal.cipher.seal_text)
         and its prepared cipher: ``keys`` is updated to hold those objects."""
         now = self._clock()
+        changed = False  # another key than one handed out before
         with self._lock:
             for s, key in keys.items():
                 entry = self._keys.get(s)
-                if entry is not None and entry[0] == key:
-                    key = keys[s] = entry[0]
+                if entry is not None:
+                    if entry[0] == key:
+                        key = keys[s] = entry[0]
+                    else:
+                        changed = True
                 self._keys[s] = (key, now)
                 self._keys.move_to_end(s)
+            if changed:  # after the keys changed (see cached)
+                self._drops += 1
             while len(self._keys) > self.size:
                 self._keys.popitem(last=False)
 
@@ -237,6 +250,7 @@ class KeyCache(KeyStore):
         store)."""
         with self._lock:
             self._keys.clear()
+            self._drops += 1
 
     def get_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
         return self._through(subjects, self.store.get_many)
@@ -248,6 +262,15 @@ class KeyCache(KeyStore):
         throughout; a subject forgotten elsewhere is still noticed within the TTL)."""
         load = self.store.get_or_create_many if create else self.store.get_many
         return self._through(subjects, load, self.ttl_s / 2)
+
+    @property
+    def drops(self) -> int:
+        """A count that moves whenever a key this cache handed out may have stopped being its
+        subject's key: a forget through the cache or seen in the store's record, a key found
+        changed, a :meth:`clear`. While it stays the same and :meth:`fresh_after` is -inf,
+        every key id the cache handed out since is still its subject's (a key that left the
+        cache for room does not move it: its subject's forget is still seen in the record)."""
+        return self._drops
 
     def fresh_after(self) -> float:
         """The clock reading after which a key loaded needs no reading again before a batch
@@ -267,10 +290,15 @@ class KeyCache(KeyStore):
     def cached(self, subject: str) -> SubjectKey | None:
         """``subject``'s cached key if it is fresh (the path of every sealed message: no lock,
         each dict operation is atomic on its own)."""
+        last, drops = self._last, self._drops  # drops read first: a drop after it voids _last
+        if last is not None and last[0] == subject and last[2] == drops and \
+                last[1][1] > self._clock() - self.ttl_s:
+            return last[1][0]  # the message before was this person's (its move_to_end done)
         entry = self._keys.get(subject)
         if entry is None or entry[1] <= self._clock() - self.ttl_s and \
                 entry[1] <= self._stale_before(self.ttl_s):
             return None
+        self._last = (subject, entry, drops)
         try:
             self._keys.move_to_end(subject)
         except KeyError:  # dropped by another thread meanwhile: still the key it was
@@ -297,6 +325,7 @@ class KeyCache(KeyStore):
     def forget(self, subject: str) -> bool:
         with self._lock:
             entry = self._keys.pop(subject, None)
+            self._drops += 1
         if entry is not None:
             self._remember_gone(subject, entry[0].key_id)
         return self.store.forget(subject)
@@ -309,6 +338,7 @@ class KeyCache(KeyStore):
         if key is not None and key.key_id != key_id:  # maybe a key made since we cached ours
             with self._lock:
                 self._keys.pop(subject, None)
+                self._drops += 1
             key = self.get(subject)
         if key is not None and key.key_id == key_id:
             return key

@@ -57,6 +57,7 @@ class Item:
     result: StepResult | None = None
     error: BaseException | None = None
     lane: Lane | None = None  # set aside while it was decided
+    cached: Any = None  # the worker's cached state it started from (partition._Cached), if any
 
 
 @attrs.define(eq=False)

@@ -128,9 +128,11 @@ class _Cached:
     record: AggregateRecord
     decoded: Any  # the aggregate object, or UNDECODED
     # the id of the key its subject had when it was decided (an aggregate with personal
-    # fields; None: not known, or none), and that subject: see _batch_keys
+    # fields; None: not known, or none), that subject, and the key cache's drops then (see
+    # KeyCache.drops): see _batch_keys
     key_id: bytes | None = None
     subject: str | None = None
+    drops: int | None = None
 
 
 class StateCache:
@@ -445,8 +447,9 @@ def process_slices(worker: Worker, topic: str,
         stats.state_reads += len(wanted)
         loaded: dict[tuple[str, str], AggregateRecord] = {}
         keys: dict[str, Any] | None = None
+        drops: int | None = None
         if worker.step.codec.personal:  # the data subjects' keys at once, and a forget seen
-            keys, stale = _batch_keys(worker, grouped, stored, loaded, stats)
+            keys, stale, drops = _batch_keys(worker, grouped, stored, loaded, stats)
             if stale:  # their states again from the table, which reads them as forgotten
                 if worker.unwritten(stale):
                     worker.finish_sent()
@@ -454,7 +457,7 @@ def process_slices(worker: Worker, topic: str,
                 stored.update(worker.table.read(worker.generation, sorted(stale)))
                 stats.state_reads += len(stale)
         stats.read_s += time.perf_counter() - t0
-        pending = _decide(worker, grouped, stored, stats, loaded, keys)
+        pending = _decide(worker, grouped, stored, stats, loaded, keys, drops)
         _write(worker, pending + from_lanes, stats, wait)
         stats.cpu_s = time.process_time() - cpu_started
         return stats
@@ -466,7 +469,7 @@ def process_slices(worker: Worker, topic: str,
 def _batch_keys(worker: Worker, grouped: list[_Grouped],
                 stored: dict[tuple[str, str], StoredAggregate],
                 loaded: dict[tuple[str, str], AggregateRecord], stats: SliceStats,
-                ) -> tuple[dict[str, Any], set[str]]:
+                ) -> tuple[dict[str, Any], set[str], int | None]:
     """For an app with personal fields: the keys of the slices' data subjects, asked of the key
     store at once (:meth:`~cqrs.personal.keys.KeyStore.prefetch`), so that decoding and
     encoding the slices finds every key in the cache: the subjects of the commands (read
@@ -483,9 +486,13 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
     codec = step.codec
     peek, subject_of = codec.peek_subject, codec.subject_of
     # a cached state whose key the key cache loaded less than half its TTL ago, and holds
-    # still, needs neither the look-up nor the check (what prefetch would find): a dict look-up
+    # still, needs neither the look-up nor the check (what prefetch would find): a dict look-up;
+    # none at all while the cache's forget check is recent and it dropped no key since the
+    # state was decided (its drops count, read after that check)
     recent = codec.key_store.recent_key_id if isinstance(codec.key_store, KeyCache) else None
     loaded_after = codec.key_store.fresh_after() if recent is not None else 0.0
+    drops = codec.key_store.drops if recent is not None else None
+    vouched = drops if loaded_after == float("-inf") else None
     personal = worker.personal_types  # the commands' own: read only those with personal fields
     subjects = codec.subjects_in([rec.payload for g in grouped for records in g.groups.values()
                                   for rec in records if rec.envelope is not None and
@@ -495,8 +502,9 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
         for key in g.groups:
             hit = g.cache.get(key)
             if hit is not None:
-                if hit.key_id is not None and recent is not None and \
-                        recent(hit.subject, loaded_after) == hit.key_id:
+                if hit.key_id is not None and recent is not None and (
+                        (vouched is not None and hit.drops == vouched) or
+                        recent(hit.subject, loaded_after) == hit.key_id):
                     continue
                 if (subject := subject_of(hit.decoded)) is not None:
                     subjects.add(subject)
@@ -506,7 +514,7 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
                 if record.snapshot is not None and (subject := peek(record.snapshot)) is not None:
                     subjects.add(subject)
     if not subjects:
-        return {}, set()
+        return {}, set(), drops
     keys = step.codec.key_store.prefetch(subjects) if step.codec.key_store is not None else {}
     stats.subject_keys += len(subjects)
     stale: set[str] = set()
@@ -515,7 +523,7 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
             del g.cache[key]
             stale.add(key[1])
     stats.stale_states += len(stale)
-    return keys, stale
+    return keys, stale, drops
 
 
 def _collect_lanes(worker: Worker, lanes: list[Lane], stats: SliceStats,
@@ -709,7 +717,7 @@ def _group(worker: Worker, topic: str, partition: int, messages: Sequence[Messag
 def _decide(worker: Worker, grouped: list[_Grouped],
             stored: dict[tuple[str, str], StoredAggregate], stats: SliceStats,
             loaded: dict[tuple[str, str], AggregateRecord] | None = None,
-            keys: dict[str, Any] | None = None) -> list[_Pending]:
+            keys: dict[str, Any] | None = None, drops: int | None = None) -> list[_Pending]:
     """3. of the module doc for the partitions' slices: the step per aggregate, in the worker's
     decider thread while this one watches for a decision that runs long (that aggregate is set
     aside in a lane of its own: :mod:`cqrs.processor.lanes`); then rows and cache, here."""
@@ -732,6 +740,7 @@ def _decide(worker: Worker, grouped: list[_Grouped],
         if hit is not None:
             hits += 1
             item.row, item.record, item.decoded = hit.stored, hit.record, hit.decoded
+            item.cached = hit
         else:
             row = item.row = stored.get(item.key)
             found = loaded.get(item.key) if loaded else None
@@ -782,10 +791,12 @@ def _decide(worker: Worker, grouped: list[_Grouped],
             (row.commands if row is not None else 0) + len(item.records))
         slot.rows.append(new_row)
         cache = grouped[item.slice_index].cache
-        subject = None if keys is None else step.codec.subject_of(result.state)
-        cache[item.key] = _Cached(new_row, result.record, result.state,
-                                  None if subject is None
-                                  else state_key_id(step, keys, result.state, subject), subject)
+        key_id = subject = None
+        if keys is not None and (subject := step.codec.subject_of(result.state)) is not None:
+            hit = item.cached  # checked by _batch_keys for this slice: still its subject's key
+            key_id = hit.key_id if hit is not None and hit.subject == subject and \
+                hit.key_id is not None else state_key_id(step, keys, result.state, subject)
+        cache[item.key] = _Cached(new_row, result.record, result.state, key_id, subject, drops)
         cache.move_to_end(item.key)
     stats.aggregates += len(items)
     stats.cache_hits += hits

@@ -427,6 +427,42 @@ def test_a_store_that_records_its_forgets_spares_the_cache_reading_every_key_aga
     assert cache.cached("s-1") is None
 
 
+def test_the_drops_count_moves_whenever_a_key_handed_out_may_be_gone() -> None:
+    """What lets the processor skip checking a cached state's key: the count is unchanged
+    while no key the cache handed out can have stopped being its subject's."""
+    now, wall = [0.0], [1_000_000.0]
+    store = _CountingCreates()
+    store._clock = lambda: wall[0]  # noqa: SLF001
+    cache = KeyCache(store, size=3, ttl_s=60, clock=lambda: now[0], wall=lambda: wall[0])
+    other = KeyCache(store, size=3, ttl_s=60, clock=lambda: now[0], wall=lambda: wall[0])
+    keys = cache.prefetch(["a", "b", "c"])
+    start = cache.drops
+    cache.prefetch(["d", "e"])  # "a" and "b" leave for room: still their subjects' keys
+    assert cache.cached("c") is keys["c"] and cache.drops == start
+    other.forget("a")  # elsewhere, while "a" is not even cached here: seen in the record
+    now[0], wall[0] = 16.0, 1_000_016.0
+    assert cache.fresh_after() == float("-inf") and cache.drops == start + 1
+    cache.forget("c")  # through the cache
+    assert cache.drops == start + 2 and cache.cached("c") is None
+    store.forget("d")
+    store.get_or_create("d")  # a new key made elsewhere, found when read again
+    cache._keep(store.get_many(["d"]))  # noqa: SLF001 - what a read of the store does
+    assert cache.drops == start + 3
+    cache.clear()
+    assert cache.drops == start + 4
+
+
+def test_the_last_key_a_message_used_is_not_used_after_it_was_forgotten() -> None:
+    store = MemoryKeyStore()
+    cache = KeyCache(store, size=10, ttl_s=60)
+    key = cache.get_or_create("ann")
+    assert cache.cached("ann") is key and cache.cached("ann") is key  # the second: no look-up
+    cache.forget("ann")
+    assert cache.cached("ann") is None
+    new = cache.get_or_create("ann")
+    assert new.key_id != key.key_id and cache.cached("ann") is new
+
+
 def test_a_failed_check_of_the_forget_record_leaves_the_keys_to_their_ttl() -> None:
     from cqrs.errors import KeyStoreError
 
