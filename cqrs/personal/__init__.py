@@ -15,6 +15,7 @@ from __future__ import annotations
 from cqrs.personal.cassandra_keys import (
     KEY_TABLE,
     CassandraKeyStore,
+    key_bucket,
     open_key_store,
 )
 from cqrs.personal.cipher import SEALED_PREFIX, MasterKey, SubjectKey
@@ -34,6 +35,7 @@ __all__ = [
     "SubjectKey",
     "forget",
     "forget_subject",
+    "key_bucket",
     "key_store_for",
     "open_key_store",
 ]
