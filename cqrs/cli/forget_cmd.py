@@ -15,7 +15,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
         "forget", help="forget a data subject: delete their key, so their personal fields "
         "read as their replacement everywhere",
         description="Records the request (table cqrs_forget_requests), deletes the data subject's key "
-        "from the app's key store (the table cqrs_data_keys of [cassandra] keyspace, "
+        "from the app's key store (the table cqrs_subject_keys of [cassandra] keyspace, "
         "wrapped by [personal_data] master_key), so every copy of their personal() fields, in "
         "every topic and table, reads as the field's replacement, then rewrites their rows of "
         "the read models with personal columns to the replacement, and marks the request "

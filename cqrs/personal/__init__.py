@@ -15,7 +15,6 @@ from __future__ import annotations
 from cqrs.personal.cassandra_keys import (
     KEY_TABLE,
     CassandraKeyStore,
-    key_bucket,
     open_key_store,
 )
 from cqrs.personal.cipher import SEALED_PREFIX, MasterKey, SubjectKey
@@ -35,7 +34,6 @@ __all__ = [
     "SubjectKey",
     "forget",
     "forget_subject",
-    "key_bucket",
     "key_store_for",
     "open_key_store",
 ]

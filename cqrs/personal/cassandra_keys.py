@@ -1,16 +1,9 @@
-"""The data subjects' keys in Cassandra: table ``cqrs_data_keys`` of the app keyspace.
+"""The data subjects' keys in Cassandra: table ``cqrs_subject_keys`` of the app keyspace.
 
-One row per subject: ``bucket int, subject text, wrapped blob, created timestamp, PRIMARY KEY
-((bucket), subject)``, the key wrapped by the master key
-(:class:`~cqrs.personal.cipher.MasterKey`), so the table alone opens nothing. The subjects are
-spread over :data:`KEY_BUCKETS` partitions (:func:`key_bucket`, a CRC-32 of the subject), so
-the keys of a batch's thousands of subjects are read as the processor reads its states: a few
-single-partition requests per bucket, not a partition per subject (which cost a process that
-had not seen a batch's subjects ~35 µs a subject). A first key is inserted with ``IF NOT
-EXISTS`` (a lightweight transaction): two processes making a subject's key at once end up with
-the same one. Keys of the table of releases before 2026-11-27 (``cqrs_subject_keys``, a
-partition a subject) are moved here the first time a store opens the keyspace, and that table
-is dropped (:meth:`CassandraKeyStore.move_legacy_keys`). ``forget`` deletes the row,
+One row per subject: ``subject text PRIMARY KEY, wrapped blob, created timestamp``, the key
+wrapped by the master key (:class:`~cqrs.personal.cipher.MasterKey`), so the table alone
+opens nothing. A first key is inserted with ``IF NOT EXISTS`` (a lightweight transaction): two
+processes making a subject's key at once end up with the same one. ``forget`` deletes the row,
 after recording the subject in ``cqrs_forgotten_subjects`` (``day int, at timestamp, subject
 text``, a partition a day, rows kept :data:`~cqrs.personal.keys.FORGET_LOG_KEEP_S`): the record
 the processes' key caches read to drop a forgotten subject's key, instead of reading every key
@@ -21,11 +14,8 @@ again each TTL (:meth:`~cqrs.personal.keys.KeyStore.forgotten_since`). Delete ke
 from __future__ import annotations
 
 import datetime as _dt
-import logging
 import time
-import zlib
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Collection
 
 from cqrs.cassandra_io import CassandraSession
 from cqrs.config import CqrsConfig
@@ -33,81 +23,29 @@ from cqrs.errors import KeyStoreError
 from cqrs.personal.cipher import MasterKey, SubjectKey
 from cqrs.personal.keys import FORGET_LOG_KEEP_S, FORGET_LOG_MARGIN_S, KeyCache, KeyStore
 
-__all__ = ["FORGOTTEN_TABLE", "KEY_BUCKETS", "KEY_TABLE", "LEGACY_KEY_TABLE", "CassandraKeyStore",
-           "key_bucket", "open_key_store"]
+__all__ = ["FORGOTTEN_TABLE", "KEY_TABLE", "CassandraKeyStore", "open_key_store"]
 
-KEY_TABLE = "cqrs_data_keys"
-LEGACY_KEY_TABLE = "cqrs_subject_keys"
-"""The key table of releases before 2026-11-27 (a partition per subject): moved on open."""
+KEY_TABLE = "cqrs_subject_keys"
 FORGOTTEN_TABLE = "cqrs_forgotten_subjects"
-KEY_BUCKETS = 64
-"""Partitions of :data:`KEY_TABLE` (part of the table's layout: never change it for a table)."""
 _DAY_S = 86400
-_log = logging.getLogger(__name__)
-
-
-def key_bucket(subject: str) -> int:
-    """The partition of :data:`KEY_TABLE` that holds ``subject``'s key."""
-    return zlib.crc32(subject.encode()) % KEY_BUCKETS
 
 
 class CassandraKeyStore(KeyStore):
     """Keys wrapped by ``master`` in :data:`KEY_TABLE` of ``session``'s keyspace (created when
-    missing; a legacy table's keys moved into it). Reads of many subjects are ``IN`` requests
-    per bucket, ``[cassandra] rows_per_request`` subjects each."""
+    missing). Reads of many subjects are ``IN`` requests grouped by replica."""
 
     def __init__(self, session: CassandraSession, master: MasterKey) -> None:
         self.session = session
         self.master = master
-        session.execute(f"CREATE TABLE IF NOT EXISTS {KEY_TABLE} (bucket int, subject text, "
-                        "wrapped blob, created timestamp, PRIMARY KEY ((bucket), subject))")
+        session.execute(f"CREATE TABLE IF NOT EXISTS {KEY_TABLE} (subject text PRIMARY KEY, "
+                        "wrapped blob, created timestamp)")
         session.execute(f"CREATE TABLE IF NOT EXISTS {FORGOTTEN_TABLE} (day int, at timestamp, "
                         "subject text, PRIMARY KEY ((day), at, subject))")
-        self.move_legacy_keys()
-
-    def move_legacy_keys(self) -> int:
-        """Move the keys of :data:`LEGACY_KEY_TABLE` (if the keyspace has it) into
-        :data:`KEY_TABLE` and drop it; the number moved. Each is inserted ``IF NOT EXISTS``
-        (a key made in the new table meanwhile wins), and the table is dropped only after every
-        key is in: a move stopped part-way is finished by the next store opened. Stop the
-        processes of releases before 2026-11-27 first: they read and forget in the old table."""
-        found = list(self.session.execute(
-            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s AND "
-            "table_name = %s", (self.session.keyspace, LEGACY_KEY_TABLE)))
-        if not found:
-            return 0
-        insert = self.session.prepare(
-            f"INSERT INTO {KEY_TABLE} (bucket, subject, wrapped, created) VALUES (?, ?, ?, ?) "
-            "IF NOT EXISTS", write=True)
-        rows = [(key_bucket(r[0]), r[0], r[1], r[2]) for r in self.session.execute(
-            f"SELECT subject, wrapped, created FROM {LEGACY_KEY_TABLE}")]
-        self.session.concurrent(insert, rows)
-        self.session.execute(f"DROP TABLE IF EXISTS {LEGACY_KEY_TABLE}")
-        _log.warning("moved %d data keys from %s.%s to %s (a table per bucket of subjects)",
-                     len(rows), self.session.keyspace, LEGACY_KEY_TABLE, KEY_TABLE)
-        return len(rows)
 
     def get_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
-        wanted = list(dict.fromkeys(subjects))
-        if not wanted:
-            return {}
-        n = self.session.rows_per_request
-        params: list[Sequence[Any]] = []
-        if n == 1:
-            stmt = self.session.prepare(
-                f"SELECT subject, wrapped FROM {KEY_TABLE} WHERE bucket = ? AND subject = ?")
-            params = [(key_bucket(s), s) for s in wanted]
-        else:
-            stmt = self.session.prepare(
-                f"SELECT subject, wrapped FROM {KEY_TABLE} WHERE bucket = ? AND subject IN ?")
-            by_bucket: dict[int, list[str]] = {}
-            for s in wanted:
-                by_bucket.setdefault(key_bucket(s), []).append(s)
-            params = [(b, group[i:i + n]) for b, group in by_bucket.items()
-                      for i in range(0, len(group), n)]
-        unwrap = self.master.unwrap
-        return {row[0]: unwrap(bytes(row[1]), row[0])
-                for rows in self.session.concurrent(stmt, params) for row in rows}
+        rows = self.session.read_in(f"SELECT subject, wrapped FROM {KEY_TABLE}", "subject",
+                                    list(dict.fromkeys(subjects)))
+        return {row[0]: self.master.unwrap(bytes(row[1]), row[0]) for row in rows}
 
     def get_or_create_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
         found = self.get_many(subjects)
@@ -115,11 +53,11 @@ class CassandraKeyStore(KeyStore):
         if not missing:
             return found
         insert = self.session.prepare(
-            f"INSERT INTO {KEY_TABLE} (bucket, subject, wrapped, created) VALUES (?, ?, ?, "
+            f"INSERT INTO {KEY_TABLE} (subject, wrapped, created) VALUES (?, ?, "
             "toTimestamp(now())) IF NOT EXISTS", write=True)
         made = {s: SubjectKey.new() for s in missing}
         results = self.session.concurrent(
-            insert, [(key_bucket(s), s, self.master.wrap(made[s], s)) for s in missing])
+            insert, [(s, self.master.wrap(made[s], s)) for s in missing])
         raced = []
         for subject, result in zip(missing, results):
             if result.was_applied:
@@ -136,9 +74,9 @@ class CassandraKeyStore(KeyStore):
             f"USING TTL {int(FORGET_LOG_KEEP_S + 2 * _DAY_S)}", write=True)
         now = time.time()
         self.session.execute(record, (int(now // _DAY_S), _timestamp(now), subject))  # first
-        delete = self.session.prepare(
-            f"DELETE FROM {KEY_TABLE} WHERE bucket = ? AND subject = ? IF EXISTS", write=True)
-        return bool(self.session.execute(delete, (key_bucket(subject), subject)).was_applied)
+        delete = self.session.prepare(f"DELETE FROM {KEY_TABLE} WHERE subject = ? IF EXISTS",
+                                      write=True)
+        return bool(self.session.execute(delete, (subject,)).was_applied)
 
     def forgotten_since(self, since: float) -> Collection[str]:
         """The subjects recorded by :meth:`forget` (in any process) at or after ``since``: one

@@ -19,10 +19,8 @@ from cqrs.personal import (
     CassandraKeyStore,
     KeyCache,
     MasterKey,
-    key_bucket,
     open_key_store,
 )
-from cqrs.personal.cipher import SubjectKey
 from cqrs.testing.key_stores import KeyStoreContract
 
 MASTER = MasterKey(b"M" * 32)
@@ -58,8 +56,7 @@ def test_a_row_holds_the_key_wrapped_and_only_the_master_key_opens_it(
     subject = f"ann-{uuid.uuid4().hex[:8]}"
     key = cassandra_store.get_or_create(subject)
     (row,) = list(cassandra_store.session.execute(
-        f"SELECT subject, wrapped, created FROM {KEY_TABLE} WHERE bucket = %s AND subject = %s",
-        (key_bucket(subject), subject)))
+        f"SELECT subject, wrapped, created FROM {KEY_TABLE} WHERE subject = %s", (subject,)))
     assert row[0] == subject and row[2] is not None
     assert key.secret not in bytes(row[1])
     other = CassandraKeyStore(cassandra_store.session, MasterKey(b"N" * 32))
@@ -112,35 +109,3 @@ def test_a_forget_is_recorded_and_another_processs_cache_drops_the_key_at_its_ne
     now[0] = 15.0  # a quarter of the TTL on: checked, dropped, and read as gone
     assert elsewhere.prefetch([subject], create=False) == {}
     assert elsewhere.key_for(subject, key.key_id) is None
-
-
-def test_keys_of_the_legacy_table_are_moved_and_it_is_dropped(cqrs_config: CqrsConfig) -> None:
-    """A keyspace of a release before the bucketed table: its keys still open the values they
-    sealed (a lost key would read as forgotten), and a new key made meanwhile is kept."""
-    from cqrs.personal.cassandra_keys import LEGACY_KEY_TABLE
-
-    name = f"t_keys_{uuid.uuid4().hex[:10]}"
-    session = CassandraSession(cqrs_config.cassandra, keyspace=name)
-    try:
-        session.execute(f"CREATE TABLE {LEGACY_KEY_TABLE} (subject text PRIMARY KEY, "
-                        "wrapped blob, created timestamp)")
-        old = {f"s-{n}": SubjectKey.new() for n in range(30)}
-        for subject, key in old.items():
-            session.execute(f"INSERT INTO {LEGACY_KEY_TABLE} (subject, wrapped, created) VALUES "
-                            "(%s, %s, toTimestamp(now()))", (subject, MASTER.wrap(key, subject)))
-        store = CassandraKeyStore(session, MASTER)  # moves them
-        assert store.get_many(list(old)) == old
-        assert not list(session.execute(
-            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s AND "
-            "table_name = %s", (name, LEGACY_KEY_TABLE)))
-        assert store.move_legacy_keys() == 0  # nothing left: opening again costs a look-up
-        # a move stopped before its drop, with a key made in the new table meanwhile: that wins
-        session.execute(f"CREATE TABLE {LEGACY_KEY_TABLE} (subject text PRIMARY KEY, "
-                        "wrapped blob, created timestamp)")
-        stale = SubjectKey.new()
-        session.execute(f"INSERT INTO {LEGACY_KEY_TABLE} (subject, wrapped, created) VALUES "
-                        "(%s, %s, toTimestamp(now()))", ("s-0", MASTER.wrap(stale, "s-0")))
-        assert store.move_legacy_keys() == 1 and store.get("s-0") == old["s-0"]
-    finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {name}")
-        session.close()

@@ -135,7 +135,7 @@ def test_personal_fields_are_ciphertext_on_the_stack_and_forget_shreds_one_custo
     # one that creates the table, not this process at the same moment
     running.until("the runner's key table", lambda: list(running.session.execute(
         "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s AND "
-        "table_name = 'cqrs_data_keys'", (cfg.cassandra.keyspace,))), START_WAIT)
+        "table_name = 'cqrs_subject_keys'", (cfg.cassandra.keyspace,))), START_WAIT)
     with CommandClient(app, cfg) as client:
         futures = [client.send(f"order-{cid}", PlaceTicketOrder(cid, name, email, "Hamlet", 2),
                                expected_version=0) for cid, name, email in (ERIN, ANN)]
@@ -164,7 +164,7 @@ def test_personal_fields_are_ciphertext_on_the_stack_and_forget_shreds_one_custo
         rows, hits = _rows_holding(running.session, cfg.cassandra.keyspace, _plaintexts())
         assert rows >= 8 and hits == []  # 2 states, 2 history rows, 2 views, 2 keys at least
         _, subjects = _rows_holding(running.session, cfg.cassandra.keyspace, [b"c-erin"])
-        assert {h.split(":")[0] for h in subjects} >= {"cqrs_data_keys", "cqrs_history"}, subjects
+        assert {h.split(":")[0] for h in subjects} >= {"cqrs_subject_keys", "cqrs_history"}, subjects
         records = read_to_end(cfg, [topics.commands, topics.events])
         assert len(records) >= 4
         raw = b"".join((r.value or b"") + b"".join(v or b"" for _, v in r.headers) for r in records)
