@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import hashlib
 import hmac
 import os
 from typing import Any
@@ -74,7 +73,7 @@ class SubjectKey:
         self.key_id = bytes(key_id)
         self.secret = bytes(secret)
         self._aead = AESGCM(self.secret)
-        self._nonce_key = hmac.new(self.secret, _NONCE_LABEL, hashlib.sha256).digest()
+        self._nonce_key = hmac.digest(self.secret, _NONCE_LABEL, "sha256")
         # the last values sealed with this key: sealing is deterministic, and a person's name
         # or e-mail is sealed again with every event and state that copies it (see seal_text)
         # (and the sealed values of whole messages: FieldSealer.sealed_values)

@@ -179,19 +179,33 @@ class FieldSealer:
         changes: dict[str, str] = {}
         subject: str | None = None
         keys: dict[bytes, Any] = {}
+        exact = True  # every value with content sealed in format 2 and opened with one key
         for name, replacement in self.fields:
             value = getattr(obj, name)
             if type(value) is not str:
+                exact = exact and not value
                 continue
             sealed = parse_sealed(value, f"{type_name}.{name}")
             if sealed is None:  # written in clear, before the field was declared personal
+                exact = exact and (not value or value == replacement)
                 continue
             if subject is None:
                 subject = self._subject(obj)
             if sealed.key_id not in keys:
                 keys[sealed.key_id] = key_store.key_for(subject, sealed.key_id)
             key = keys[sealed.key_id]
+            exact = exact and key is not None and sealed.version == 2
             changes[name] = replacement if key is None else \
                 open_sealed(key, sealed, value, subject, type_name, name)
-        return self._copy(obj, changes) if changes else obj
+        if not changes:
+            return obj
+        opened = self._copy(obj, changes)
+        if exact and len(keys) == 1:  # sealing the opened values gives these texts again:
+            key = next(iter(keys.values()))  # what sealed_values finds (its memo's entry)
+            try:
+                remember(key._sealed, (self.names, self._get(opened), subject),  # noqa: SLF001
+                         self._get(obj))
+            except TypeError:  # an unhashable value besides
+                pass
+        return opened
 
