@@ -221,12 +221,31 @@ def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int, bank: Bank =
         del opened  # a million encoded commands hold ~2 GB
         committed(query)
         print(f"warm-up: done in {time.monotonic() - started:.1f} s", flush=True)
+        settled(cfg)
         slices.reset()
         yield topics, watcher, query, slices
     finally:
         query.stop()
         watcher.stop()
         bank.forget_accounts(cfg, aggregates)
+
+
+def settled(cfg: CqrsConfig, busy_core: float = 0.25, timeout_s: float = 30.0) -> None:
+    """Wait until Kafka and Cassandra each use less than ``busy_core`` of a core over a second
+    (at most ``timeout_s``): the warm-up's writes leave flushes and compactions behind (and,
+    with personal fields, the Paxos rounds of every account's first key), which would
+    otherwise land in the timed window of whichever run comes next."""
+    services = stack_pids(cfg)
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        cpu = ComponentCpu(services)
+        time.sleep(1.0)
+        used = {k: v for k, v in cpu.seconds().items() if k in services}
+        if all(v < busy_core for v in used.values()):
+            break
+    print(f"warm-up: the stack settled in {time.monotonic() - started:.1f} s "
+          f"({', '.join(f'{k} {v:.2f}' for k, v in used.items())} of a core last second)",
+          flush=True)
 
 
 def committed(query: Any, timeout_s: float = 60.0) -> None:
