@@ -213,8 +213,8 @@ class KeyCache(KeyStore):
 
     def _keep(self, keys: dict[str, SubjectKey]) -> None:
         """Cache ``keys`` (loaded now). A key loaded again unchanged keeps its cached object,
-        and with it the values it sealed lately (its memo, see cqrs.personal.cipher.seal_text)
-        and its prepared cipher: ``keys`` is updated to hold those objects."""
+        and with it the values it sealed lately (its memo, see cqrs.personal.cipher.seal_text):
+        ``keys`` is updated to hold those objects."""
         now = self._clock()
         changed = False  # another key than one handed out before
         with self._lock:
