@@ -26,6 +26,8 @@ from cqrs.personal.keys import FORGET_LOG_KEEP_S, FORGET_LOG_MARGIN_S, KeyCache,
 __all__ = ["FORGOTTEN_TABLE", "KEY_TABLE", "CassandraKeyStore", "open_key_store"]
 
 KEY_TABLE = "cqrs_subject_keys"
+CREATE_ATTEMPTS = 3
+CREATE_RETRY_S = 0.5  # before the second attempt (twice that before the third)
 FORGOTTEN_TABLE = "cqrs_forgotten_subjects"
 _DAY_S = 86400
 
@@ -48,6 +50,20 @@ class CassandraKeyStore(KeyStore):
         return {row[0]: self.master.unwrap(bytes(row[1]), row[0]) for row in rows}
 
     def get_or_create_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
+        """:meth:`KeyStore.get_or_create_many`; a request that timed out is tried again (up to
+        :data:`CREATE_ATTEMPTS` times): a first key's ``IF NOT EXISTS`` may time out on a busy
+        node with its outcome unknown, and asking again is safe (the subjects whose keys were
+        written are read, the others inserted again; no key is used before it is stored)."""
+        for attempt in range(1, CREATE_ATTEMPTS + 1):
+            try:
+                return self._get_or_create_many(subjects)
+            except KeyStoreError as exc:
+                if attempt == CREATE_ATTEMPTS or not _timed_out(exc):
+                    raise
+                time.sleep(CREATE_RETRY_S * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _get_or_create_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
         found = self.get_many(subjects)
         missing = [s for s in dict.fromkeys(subjects) if s not in found]
         if not missing:
@@ -89,6 +105,14 @@ class CassandraKeyStore(KeyStore):
 
     def close(self) -> None:
         self.session.close()
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a key store error was a request that timed out (its outcome unknown)."""
+    from cassandra import OperationTimedOut, ReadTimeout, WriteTimeout
+
+    cause = exc.__cause__
+    return isinstance(cause, (OperationTimedOut, ReadTimeout, WriteTimeout))
 
 
 def _timestamp(seconds: float) -> _dt.datetime:

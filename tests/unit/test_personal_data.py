@@ -763,3 +763,64 @@ def test_a_value_read_in_clear_is_sealed_when_written_again(keys: MemoryKeyStore
     assert (opened.email, opened.nickname) == ("ann@example.com", "annie")
     again = codec.encode(opened)
     assert b"ann@example.com" not in again and codec.decode(again) == opened
+
+
+class _TableSession:
+    """What CassandraKeyStore asks of its session, the key table a dict: the first
+    ``failures`` inserts fail with ``error`` (applied or not: a busy node's IF NOT EXISTS that
+    timed out leaves either)."""
+
+    def __init__(self, failures: int, error: type[Exception], applied: bool = True) -> None:
+        self.rows: dict[str, bytes] = {}
+        self.failures, self.error, self.applied, self.inserts = failures, error, applied, 0
+
+    def execute(self, *args: object, **kwargs: object) -> list[object]:
+        return []
+
+    def prepare(self, query: str, write: bool = False) -> str:
+        return query
+
+    def read_in(self, select: str, column: str, keys: list[str]) -> list[tuple[str, bytes]]:
+        return [(s, self.rows[s]) for s in keys if s in self.rows]
+
+    def concurrent(self, stmt: str, params: list[tuple[str, bytes]]) -> list[object]:
+        import types
+
+        from cqrs.errors import KeyStoreError
+
+        self.inserts += 1
+        if self.failures and not self.applied:
+            self.failures -= 1
+            raise KeyStoreError("key store: Cassandra statement 'INSERT ...' failed") \
+                from self.error("timed out")
+        out = [types.SimpleNamespace(was_applied=self.rows.setdefault(s, w) is w)
+               for s, w in params]
+        if self.failures:
+            self.failures -= 1
+            raise KeyStoreError("key store: Cassandra statement 'INSERT ...' failed") \
+                from self.error("timed out")
+        return out
+
+
+def test_a_first_key_whose_insert_timed_out_is_asked_for_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from cassandra import InvalidRequest, OperationTimedOut
+
+    from cqrs.errors import KeyStoreError
+    from cqrs.personal import cassandra_keys
+
+    monkeypatch.setattr(cassandra_keys, "CREATE_RETRY_S", 0.0)
+    master = MasterKey(b"M" * 32)
+    for applied in (True, False):  # written, or not, before the answer was lost
+        session = _TableSession(failures=2, error=OperationTimedOut, applied=applied)
+        store = cassandra_keys.CassandraKeyStore(session, master)  # type: ignore[arg-type]
+        keys = store.get_or_create_many(["ann", "bo"])
+        assert keys == store.get_many(["ann", "bo"])  # the stored keys, whichever were made
+        assert session.inserts == (1 if applied else 3)
+    session = _TableSession(failures=3, error=OperationTimedOut, applied=False)  # said so
+    with pytest.raises(KeyStoreError, match="INSERT"):
+        cassandra_keys.CassandraKeyStore(session, master).get_or_create_many(["ann"])  # type: ignore[arg-type]
+    session = _TableSession(failures=1, error=InvalidRequest)  # not a timeout: not again
+    with pytest.raises(KeyStoreError):
+        cassandra_keys.CassandraKeyStore(session, master).get_or_create_many(["ann"])  # type: ignore[arg-type]
+    assert session.inserts == 1
