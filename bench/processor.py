@@ -123,14 +123,18 @@ class Bank:
         next runs' caches read 100,000 forgotten subjects and check every cached state's key:
         a load no app has (its forgets are a few a day)."""
         from cqrs.personal import key_store_for
-        from cqrs.personal.cassandra_keys import KEY_TABLE, CassandraKeyStore
+        from cqrs.personal.cassandra_keys import COPY_TABLE, KEY_TABLE, CassandraKeyStore, copy_bucket
         from cqrs.personal.keys import KeyCache
 
         store = key_store_for(cfg, self.app)
         table = store.store if isinstance(store, KeyCache) else store
         if isinstance(table, CassandraKeyStore):
+            subjects = [f"{self.prefix}{a}" for a in range(aggregates)]
+            uncopy = table.session.prepare(
+                f"DELETE FROM {COPY_TABLE} WHERE bucket = ? AND subject = ?", write=True)
+            table.session.concurrent(uncopy, [(copy_bucket(s), s) for s in subjects])
             delete = table.session.prepare(f"DELETE FROM {KEY_TABLE} WHERE subject = ?", write=True)
-            table.session.concurrent(delete, [(f"{self.prefix}{a}",) for a in range(aggregates)])
+            table.session.concurrent(delete, [(s,) for s in subjects])
         if isinstance(store, KeyCache):
             store.clear()
 

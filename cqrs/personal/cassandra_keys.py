@@ -3,7 +3,9 @@
 One row per subject: ``subject text PRIMARY KEY, wrapped blob, created timestamp``, the key
 wrapped by the master key (:class:`~cqrs.personal.cipher.MasterKey`), so the table alone
 opens nothing. A first key is inserted with ``IF NOT EXISTS`` (a lightweight transaction): two
-processes making a subject's key at once end up with the same one. ``forget`` deletes the row,
+processes making a subject's key at once end up with the same one. Each key is also copied to
+``cqrs_subject_key_copies`` (``bucket int, subject text, wrapped blob``, 64 partitions), where
+many are read at once (see :class:`CassandraKeyStore`). ``forget`` deletes the copy and the row,
 after recording the subject in ``cqrs_forgotten_subjects`` (``day int, at timestamp, subject
 text``, a partition a day, rows kept :data:`~cqrs.personal.keys.FORGET_LOG_KEEP_S`): the record
 the processes' key caches read to drop a forgotten subject's key, instead of reading every key
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from collections.abc import Collection
+import zlib
+from collections.abc import Collection, Sequence
+from typing import Any
 
 from cqrs.cassandra_io import CassandraSession
 from cqrs.config import CqrsConfig
@@ -23,31 +27,94 @@ from cqrs.errors import KeyStoreError
 from cqrs.personal.cipher import MasterKey, SubjectKey
 from cqrs.personal.keys import FORGET_LOG_KEEP_S, FORGET_LOG_MARGIN_S, KeyCache, KeyStore
 
-__all__ = ["FORGOTTEN_TABLE", "KEY_TABLE", "CassandraKeyStore", "open_key_store"]
+__all__ = ["COPY_TABLE", "FORGOTTEN_TABLE", "KEY_TABLE", "CassandraKeyStore", "copy_bucket",
+           "open_key_store"]
 
 KEY_TABLE = "cqrs_subject_keys"
+COPY_TABLE = "cqrs_subject_key_copies"
+COPY_BUCKETS = 64
+"""Partitions of :data:`COPY_TABLE` (part of its layout: never change it for a table)."""
+COPY_SHADOW_US = 3_600_000_000
+"""How far ahead of its clock a forget dates the deletion of a copy: a copy of the forgotten
+key written late, by a process whose clock is behind by up to this much, stays deleted (a key
+made again for the subject within the hour is read from its own row meanwhile)."""
 CREATE_ATTEMPTS = 3
 CREATE_RETRY_S = 0.5  # before the second attempt (twice that before the third)
 FORGOTTEN_TABLE = "cqrs_forgotten_subjects"
 _DAY_S = 86400
 
 
+def copy_bucket(subject: str) -> int:
+    """The partition of :data:`COPY_TABLE` that holds ``subject``'s copy."""
+    return zlib.crc32(subject.encode()) % COPY_BUCKETS
+
+
 class CassandraKeyStore(KeyStore):
     """Keys wrapped by ``master`` in :data:`KEY_TABLE` of ``session``'s keyspace (created when
-    missing). Reads of many subjects are ``IN`` requests grouped by replica."""
+    missing), and a copy of each in :data:`COPY_TABLE` for reading many at once.
+
+    :data:`KEY_TABLE` has a partition per subject: where a first key is made (``IF NOT
+    EXISTS``, a lightweight transaction per subject, which never contend) and forgotten. Read
+    a partition each, the keys of a batch's thousands of subjects cost a process that had not
+    seen them ~35 µs a subject; so each key is also written to :data:`COPY_TABLE` (``((bucket),
+    subject)``, :data:`COPY_BUCKETS` partitions), read as the processor reads its states: a few
+    requests per bucket. A subject missing there (a key made before the copies, or a copy not
+    written) is read from :data:`KEY_TABLE` and copied then. A copy is written with the
+    timestamp of its key's row (``USING TIMESTAMP``: the key's maker's clock before the
+    insert, or the row's ``WRITETIME``), and ``forget`` deletes the copy before the key, dated
+    :data:`COPY_SHADOW_US` ahead: a copy written late by a process that saw the key before the
+    forget is older than the deletion, so it never brings a forgotten key back."""
 
     def __init__(self, session: CassandraSession, master: MasterKey) -> None:
         self.session = session
         self.master = master
         session.execute(f"CREATE TABLE IF NOT EXISTS {KEY_TABLE} (subject text PRIMARY KEY, "
                         "wrapped blob, created timestamp)")
+        session.execute(f"CREATE TABLE IF NOT EXISTS {COPY_TABLE} (bucket int, subject text, "
+                        "wrapped blob, PRIMARY KEY ((bucket), subject))")
         session.execute(f"CREATE TABLE IF NOT EXISTS {FORGOTTEN_TABLE} (day int, at timestamp, "
                         "subject text, PRIMARY KEY ((day), at, subject))")
 
     def get_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
-        rows = self.session.read_in(f"SELECT subject, wrapped FROM {KEY_TABLE}", "subject",
-                                    list(dict.fromkeys(subjects)))
-        return {row[0]: self.master.unwrap(bytes(row[1]), row[0]) for row in rows}
+        wanted = list(dict.fromkeys(subjects))
+        rows = self._copies(wanted)
+        if len(rows) < len(wanted):  # not copied yet: the keys' own rows, copied now
+            missing = [s for s in wanted if s not in rows]
+            found = self.session.read_in(
+                f"SELECT subject, wrapped, WRITETIME(wrapped) FROM {KEY_TABLE}", "subject",
+                missing)
+            self._copy([(row[0], bytes(row[1]), row[2]) for row in found])
+            rows.update((row[0], bytes(row[1])) for row in found)
+        unwrap = self.master.unwrap
+        return {subject: unwrap(wrapped, subject) for subject, wrapped in rows.items()}
+
+    def _copies(self, subjects: Sequence[str]) -> dict[str, bytes]:
+        """The wrapped keys of those of ``subjects`` that :data:`COPY_TABLE` holds."""
+        if not subjects:
+            return {}
+        n = self.session.rows_per_request
+        by_bucket: dict[int, list[str]] = {}
+        for s in subjects:
+            by_bucket.setdefault(copy_bucket(s), []).append(s)
+        if n == 1:
+            stmt = self.session.prepare(
+                f"SELECT subject, wrapped FROM {COPY_TABLE} WHERE bucket = ? AND subject = ?")
+            params: list[Sequence[Any]] = [(b, s) for b, group in by_bucket.items() for s in group]
+        else:
+            stmt = self.session.prepare(
+                f"SELECT subject, wrapped FROM {COPY_TABLE} WHERE bucket = ? AND subject IN ?")
+            params = [(b, group[i:i + n]) for b, group in by_bucket.items()
+                      for i in range(0, len(group), n)]
+        return {row[0]: bytes(row[1]) for rows in self.session.concurrent(stmt, params)
+                for row in rows}
+
+    def _copy(self, keys: Sequence[tuple[str, bytes, int]]) -> None:
+        """Write ``(subject, wrapped, timestamp of the key's row)`` to :data:`COPY_TABLE`."""
+        if keys:
+            insert = self.session.prepare(
+                f"INSERT INTO {COPY_TABLE} (bucket, subject, wrapped) VALUES (?, ?, ?) "
+                "USING TIMESTAMP ?", write=True)
+            self.session.concurrent(insert, [(copy_bucket(s), s, w, t) for s, w, t in keys])
 
     def get_or_create_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
         """:meth:`KeyStore.get_or_create_many`; a request that timed out is tried again (up to
@@ -72,14 +139,18 @@ class CassandraKeyStore(KeyStore):
             f"INSERT INTO {KEY_TABLE} (subject, wrapped, created) VALUES (?, ?, "
             "toTimestamp(now())) IF NOT EXISTS", write=True)
         made = {s: SubjectKey.new() for s in missing}
-        results = self.session.concurrent(
-            insert, [(s, self.master.wrap(made[s], s)) for s in missing])
-        raced = []
+        wrapped = {s: self.master.wrap(made[s], s) for s in missing}
+        # before the rows are written: older than their writetime, and than any later forget
+        before_us = time.time_ns() // 1000 - 1
+        results = self.session.concurrent(insert, [(s, wrapped[s]) for s in missing])
+        raced, applied = [], []
         for subject, result in zip(missing, results):
             if result.was_applied:
                 found[subject] = made[subject]
+                applied.append((subject, wrapped[subject], before_us))
             else:  # another process made it first: theirs is the key
                 raced.append(subject)
+        self._copy(applied)
         if raced:
             found.update(self.get_many(raced))
         return found
@@ -90,6 +161,11 @@ class CassandraKeyStore(KeyStore):
             f"USING TTL {int(FORGET_LOG_KEEP_S + 2 * _DAY_S)}", write=True)
         now = time.time()
         self.session.execute(record, (int(now // _DAY_S), _timestamp(now), subject))  # first
+        uncopy = self.session.prepare(
+            f"DELETE FROM {COPY_TABLE} USING TIMESTAMP ? WHERE bucket = ? AND subject = ?",
+            write=True)
+        self.session.execute(uncopy, ((time.time_ns() // 1000) + COPY_SHADOW_US,
+                                      copy_bucket(subject), subject))  # then the copy
         delete = self.session.prepare(f"DELETE FROM {KEY_TABLE} WHERE subject = ? IF EXISTS",
                                       write=True)
         return bool(self.session.execute(delete, (subject,)).was_applied)

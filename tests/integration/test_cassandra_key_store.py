@@ -21,6 +21,7 @@ from cqrs.personal import (
     MasterKey,
     open_key_store,
 )
+from cqrs.personal.cipher import SubjectKey
 from cqrs.testing.key_stores import KeyStoreContract
 
 MASTER = MasterKey(b"M" * 32)
@@ -109,3 +110,39 @@ def test_a_forget_is_recorded_and_another_processs_cache_drops_the_key_at_its_ne
     now[0] = 15.0  # a quarter of the TTL on: checked, dropped, and read as gone
     assert elsewhere.prefetch([subject], create=False) == {}
     assert elsewhere.key_for(subject, key.key_id) is None
+
+
+def test_keys_are_read_through_their_copies_and_a_late_copy_never_brings_one_back(
+        cassandra_store: CassandraKeyStore) -> None:
+    from cqrs.personal.cassandra_keys import COPY_TABLE, copy_bucket
+
+    session = cassandra_store.session
+    made = {f"cp-{uuid.uuid4().hex[:8]}-{n}": SubjectKey.new() for n in range(3)}
+
+    def copies() -> set[str]:
+        return {s for s in made for _ in session.execute(
+            f"SELECT subject FROM {COPY_TABLE} WHERE bucket = %s AND subject = %s",
+            (copy_bucket(s), s))}
+
+    # keys in their own rows only (made before the copies existed): read, and copied then
+    for subject, key in made.items():
+        session.execute(f"INSERT INTO {KEY_TABLE} (subject, wrapped, created) VALUES "
+                        "(%s, %s, toTimestamp(now()))", (subject, MASTER.wrap(key, subject)))
+    assert copies() == set() and cassandra_store.get_many(list(made)) == made
+    assert copies() == set(made)
+    # a reader that saw a key before its forget copies it after: the copy stays deleted
+    ann, bo, _ = made
+    (seen,) = list(session.execute(
+        f"SELECT wrapped, WRITETIME(wrapped) FROM {KEY_TABLE} WHERE subject = %s", (ann,)))
+    assert cassandra_store.forget(ann) is True and copies() == set(made) - {ann}
+    cassandra_store._copy([(ann, bytes(seen[0]), seen[1])])  # noqa: SLF001 - the late reader
+    assert ann not in copies() and cassandra_store.get_many([ann]) == {}
+    # a key made for the subject again is read (from its own row while its copy is shadowed)
+    again = cassandra_store.get_or_create(ann)
+    assert again.key_id != made[ann].key_id and cassandra_store.get(ann) == again
+    # a new subject's first key is copied when it is made
+    new = f"cp-{uuid.uuid4().hex[:8]}-new"
+    key = cassandra_store.get_or_create(new)
+    assert list(session.execute(f"SELECT subject FROM {COPY_TABLE} WHERE bucket = %s AND "
+                                "subject = %s", (copy_bucket(new), new)))
+    assert cassandra_store.get(new) == key and cassandra_store.get(bo) == made[bo]

@@ -131,11 +131,11 @@ def _rows_holding(session: Any, keyspace: str, texts: list[bytes]) -> tuple[int,
 def test_personal_fields_are_ciphertext_on_the_stack_and_forget_shreds_one_customer(
         running: Running) -> None:
     cfg, topics = running.cfg, running.topics
-    # the runner opens the key store (and makes its table) before Spark starts: let it be the
-    # one that creates the table, not this process at the same moment
-    running.until("the runner's key table", lambda: list(running.session.execute(
+    # the runner opens the key store (and makes its tables, the forget record last) before
+    # Spark starts: let it be the one that creates them, not this process at the same moment
+    running.until("the runner's key tables", lambda: list(running.session.execute(
         "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s AND "
-        "table_name = 'cqrs_subject_keys'", (cfg.cassandra.keyspace,))), START_WAIT)
+        "table_name = 'cqrs_forgotten_subjects'", (cfg.cassandra.keyspace,))), START_WAIT)
     with CommandClient(app, cfg) as client:
         futures = [client.send(f"order-{cid}", PlaceTicketOrder(cid, name, email, "Hamlet", 2),
                                expected_version=0) for cid, name, email in (ERIN, ANN)]

@@ -93,7 +93,7 @@ def test_no_byte_of_the_stack_holds_personal_data_and_a_killed_forget_completes(
     cfg, session, keyspace = running.cfg, running.session, running.cfg.cassandra.keyspace
     running.until("the runner's key table", lambda: list(session.execute(
         "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s AND "
-        "table_name = 'cqrs_subject_keys'", (keyspace,))), START_WAIT)
+        "table_name = 'cqrs_forgotten_subjects'", (keyspace,))), START_WAIT)
     with CommandClient(app, cfg) as client:
         futures = [client.send(f"order-{cid}", PlaceTicketOrder(cid, name, mail, "Tosca", 3),
                                expected_version=0) for cid, name, mail in CUSTOMERS]

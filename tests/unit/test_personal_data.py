@@ -4,7 +4,7 @@ store and the cache, and the codec sealing and opening personal fields."""
 from __future__ import annotations
 
 import base64
-from typing import Annotated
+from typing import Annotated, Any
 
 import attrs
 import pytest
@@ -752,12 +752,15 @@ def test_a_message_decoded_is_encoded_again_from_the_keys_memo(
 
 
 class _TableSession:
-    """What CassandraKeyStore asks of its session, the key table a dict: the first
-    ``failures`` inserts fail with ``error`` (applied or not: a busy node's IF NOT EXISTS that
-    timed out leaves either)."""
+    """What CassandraKeyStore asks of its session, its tables dicts: the first ``failures``
+    inserts of a first key fail with ``error`` (applied or not: a busy node's IF NOT EXISTS
+    that timed out leaves either)."""
+
+    rows_per_request = 32
 
     def __init__(self, failures: int, error: type[Exception], applied: bool = True) -> None:
-        self.rows: dict[str, bytes] = {}
+        self.rows: dict[str, bytes] = {}  # the key table
+        self.copies: dict[str, bytes] = {}  # the copy table
         self.failures, self.error, self.applied, self.inserts = failures, error, applied, 0
 
     def execute(self, *args: object, **kwargs: object) -> list[object]:
@@ -766,14 +769,21 @@ class _TableSession:
     def prepare(self, query: str, write: bool = False) -> str:
         return query
 
-    def read_in(self, select: str, column: str, keys: list[str]) -> list[tuple[str, bytes]]:
-        return [(s, self.rows[s]) for s in keys if s in self.rows]
+    def read_in(self, select: str, column: str, keys: list[str]) -> list[tuple[str, bytes, int]]:
+        return [(s, self.rows[s], 1) for s in keys if s in self.rows]
 
-    def concurrent(self, stmt: str, params: list[tuple[str, bytes]]) -> list[object]:
+    def concurrent(self, stmt: str, params: list[tuple[Any, ...]]) -> list[Any]:
         import types
 
         from cqrs.errors import KeyStoreError
+        from cqrs.personal.cassandra_keys import COPY_TABLE
 
+        if stmt.startswith("SELECT"):  # of the copies, per bucket
+            return [[(s, self.copies[s]) for s in group if s in self.copies]
+                    for _, group in params]
+        if COPY_TABLE in stmt:
+            self.copies.update((s, w) for _, s, w, _ in params)
+            return [None] * len(params)
         self.inserts += 1
         if self.failures and not self.applied:
             self.failures -= 1
@@ -802,6 +812,7 @@ def test_a_first_key_whose_insert_timed_out_is_asked_for_again(
         store = cassandra_keys.CassandraKeyStore(session, master)  # type: ignore[arg-type]
         keys = store.get_or_create_many(["ann", "bo"])
         assert keys == store.get_many(["ann", "bo"])  # the stored keys, whichever were made
+        assert session.copies == session.rows  # copied too (when read, if not when made)
         assert session.inserts == (1 if applied else 3)
     session = _TableSession(failures=3, error=OperationTimedOut, applied=False)  # said so
     with pytest.raises(KeyStoreError, match="INSERT"):
