@@ -34,8 +34,9 @@ Personal fields (``--personal``, instead of the runs above; #26): the throughput
 the bank of ``domain_examples/personal_bank.py`` with the holder's name and e-mail on every
 event and state, once written in clear (``plain_app``) and once declared ``personal()``
 (``app``: each event and state row has two fields encrypted with the account's key), in turns,
-``--rounds`` times (default 2) in one Spark session; prints each pair's figures and the ratio
-personal / plain. A master key is made for the run (``[personal_data] master_key``), the keys
+``--rounds`` times (default 2) in one Spark session, plain first in odd rounds and personal
+first in even ones; prints each pair's figures and the ratio personal / plain, and their mean
+and median. A master key is made for the run (``[personal_data] master_key``), the keys
 go to the key table of ``[cassandra] keyspace``, one per account.
 
 At the end: a Markdown table with every figure, its ratio to ours and the load average before
@@ -60,6 +61,7 @@ import datetime as dt
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -497,8 +499,11 @@ def spark_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) -> No
 
 
 def personal_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) -> list[float]:
-    """``--personal``: each ``--aggregates`` count, ``--rounds`` pairs of runs (the bank in
-    clear, then personal) in one Spark session; the ratios personal / plain, pair by pair."""
+    """``--personal``: each ``--aggregates`` count, ``--rounds`` pairs of runs of the bank in
+    clear and personal, in one Spark session; the ratios personal / plain, pair by pair. The
+    order alternates (plain first in odd rounds, personal first in even ones), so that what a
+    run leaves behind for the next (a flush, a compaction) is not always charged to the same
+    side."""
     plain, personal = personal_banks()
     ratios: list[float] = []
     spark = spark_session(cfg, "cqrs-bench-processor-personal")
@@ -510,12 +515,14 @@ def personal_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) ->
         for aggregates in args.aggregates:
             m = commands_for(aggregates, args.commands)
             for n in range(args.rounds):
-                pair = []
-                for bank in (plain, personal):
+                pair: list[Row] = []
+                for bank in (plain, personal) if n % 2 == 0 else (personal, plain):
                     attempt(rows, bank.label, "throughput",
                             partial(throughput, cfg, spark, aggregates, m, bank),
                             aggregates=aggregates, commands=m)
                     pair.append(rows[-1])
+                if n % 2:
+                    pair.reverse()  # plain, personal
                 if all("commands_per_s" in r for r in pair):
                     ratio = pair[1]["commands_per_s"] / pair[0]["commands_per_s"]
                     ratios.append(ratio)
@@ -553,7 +560,8 @@ def main(argv: list[str] | None = None) -> None:
         print("\n## Summary\n\n" + summary_table(rows) + "\n", flush=True)
         if ratios:
             print(f"RESULT personal / plain: {', '.join(f'{r:.3f}' for r in ratios)}; mean "
-                  f"{sum(ratios) / len(ratios):.3f}", flush=True)
+                  f"{statistics.fmean(ratios):.3f}, median {statistics.median(ratios):.3f}",
+                  flush=True)
         print(f"figures: {write_results(meta, rows, args.results_dir)}", flush=True)
         return
     if (args.ours or args.floor) and not (args.no_throughput and args.no_latency):
