@@ -151,7 +151,7 @@ def personal_banks() -> tuple[Bank, Bank]:
     from domain_examples.personal_bank import app as personal_app
     from domain_examples.personal_bank import plain_app
 
-    token = os.urandom(4).hex()  # the accounts are data subjects: new ones for each run
+    token = os.urandom(4).hex()  # the accounts are data subjects: new ones (see fresh_accounts)
 
     def bank(label: str, of: App, ref: str) -> Bank:
         kinds = COMMANDS[of.name]
@@ -237,10 +237,15 @@ def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int, bank: Bank =
 
 
 def settled(cfg: CqrsConfig, busy_core: float = 0.25, timeout_s: float = 30.0) -> None:
-    """Wait until Kafka and Cassandra each use less than ``busy_core`` of a core over a second
-    (at most ``timeout_s``): the warm-up's writes leave flushes and compactions behind (and,
-    with personal fields, the Paxos rounds of every account's first key), which would
-    otherwise land in the timed window of whichever run comes next."""
+    """Flush Cassandra's memtables and wait for its compactions (``nodetool``), then until
+    Kafka and Cassandra each use less than ``busy_core`` of a core over a second (at most
+    ``timeout_s``): the warm-up's writes (with personal fields, also every account's first key,
+    its Paxos rounds and its copy) would otherwise be flushed and compacted inside the timed
+    window of whichever run comes next. Each timed run starts with empty memtables; its own
+    writes are flushed in its window or not, as they would be."""
+    from cqrs.devstack.nodetool import flush_and_compact
+
+    took = flush_and_compact(cfg)
     services = stack_pids(cfg)
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
@@ -249,7 +254,8 @@ def settled(cfg: CqrsConfig, busy_core: float = 0.25, timeout_s: float = 30.0) -
         used = {k: v for k, v in cpu.seconds().items() if k in services}
         if all(v < busy_core for v in used.values()):
             break
-    print(f"warm-up: the stack settled in {time.monotonic() - started:.1f} s "
+    print(f"warm-up: Cassandra flushed and compacted in {took:.1f} s, the stack settled in "
+          f"{time.monotonic() - started:.1f} s "
           f"({', '.join(f'{k} {v:.2f}' for k, v in used.items())} of a core last second)",
           flush=True)
 
@@ -498,6 +504,15 @@ def spark_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) -> No
         spark.stop()
 
 
+def fresh_accounts(bank: Bank) -> Bank:
+    """``bank`` with account ids no run used before (the same length): each run's accounts
+    are new data subjects, whose keys are made in its warm-up. With the ids of an earlier run,
+    the workers' key caches still held that run's keys (deleted from the key table behind
+    their back by ``forget_accounts``), so a personal run right after another made no key
+    and ran faster than one after a plain run."""
+    return attrs.evolve(bank, prefix=f"acc-{os.urandom(4).hex()}-")
+
+
 def personal_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) -> list[float]:
     """``--personal``: each ``--aggregates`` count, ``--rounds`` pairs of runs of the bank in
     clear and personal, in one Spark session; the ratios personal / plain, pair by pair. The
@@ -517,6 +532,7 @@ def personal_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) ->
             for n in range(args.rounds):
                 pair: list[Row] = []
                 for bank in (plain, personal) if n % 2 == 0 else (personal, plain):
+                    bank = fresh_accounts(bank)
                     attempt(rows, bank.label, "throughput",
                             partial(throughput, cfg, spark, aggregates, m, bank),
                             aggregates=aggregates, commands=m)

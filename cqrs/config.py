@@ -253,6 +253,11 @@ class DevSettings:
     cassandra_heap: str = setting(
         "1536m", "CQRS_DEV_CASSANDRA_HEAP", "Heap of the local Cassandra node."
     )
+    cassandra_jmx_port: int = setting(
+        17199, "CQRS_DEV_CASSANDRA_JMX_PORT",
+        "JMX port of the local Cassandra node, on 127.0.0.1 only (what `nodetool` talks to: "
+        "the benches flush its memtables before a timed run; 0: no JMX).",
+    )
     java_home: str = setting(
         "", "CQRS_JAVA_HOME", "JDK 17 used for the services (default: JAVA_HOME, then PATH)."
     )

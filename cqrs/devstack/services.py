@@ -292,6 +292,7 @@ class CassandraNode:
     # 0 suits a lone node; with peers it must not be: gossip drops a peer that is not yet
     # NORMAL after ring_delay / 2 ("Seeds list is now empty!" and the nodes never meet)
     ring_delay_ms: int = 0
+    jmx_port: int = 0  # local-only JMX for nodetool (cqrs.devstack.nodetool); 0: none
 
     @property
     def marker(self) -> str:
@@ -307,7 +308,7 @@ def cassandra_node(cfg: CqrsConfig) -> CassandraNode:
     d = cfg.dev
     return CassandraNode("cassandra", d.data_path / "cassandra", "127.0.0.1", d.cassandra_port,
                          d.cassandra_storage_port, f"127.0.0.1:{d.cassandra_storage_port}",
-                         d.cassandra_heap)
+                         d.cassandra_heap, jmx_port=d.cassandra_jmx_port)
 
 
 def _cassandra_yaml(cfg: CqrsConfig, node: CassandraNode) -> Path:
@@ -380,6 +381,7 @@ def cassandra_argv(cfg: CqrsConfig, node: CassandraNode | None = None) -> list[s
         f"-Dcassandra.ring_delay_ms={node.ring_delay_ms}",
         "-Dcassandra.superuser_setup_delay_ms=0",
         f"-Dcassandra.initial_token={node.initial_token}",
+        *([f"-Dcassandra.jmx.local.port={node.jmx_port}"] if node.jmx_port else []),
         node.marker,
         "-cp", str(jars / "*"), "org.apache.cassandra.service.CassandraDaemon",
     ]
