@@ -10,6 +10,7 @@ of the field would see a sealed text or a replacement), and only when a value ch
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -41,6 +42,37 @@ class FieldSealer:
         getter = operator.attrgetter(*self.names)
         self._get: Any = getter if len(self.names) > 1 else (lambda obj: (getter(obj),))
         self._has_dict = any("__dict__" in vars(k) for k in self.cls.__mro__)
+        self.sealed_values: Callable[[Any], tuple[Any, ...] | None] = self._remembered_first()
+
+    def _remembered_first(self) -> Callable[[Any], tuple[Any, ...] | None]:
+        """:meth:`_sealed_values`, with its usual case first in a function generated for this
+        class: the values the subject's cached key sealed last (the event a command writes and
+        the state after it carry the same person's values), found with attribute reads and a
+        tuple compare, ~0.35 us instead of ~0.9 (two of them per command). Anything else goes
+        to :meth:`_sealed_values`."""
+        slow = self._sealed_values
+        if not isinstance(self.key_store, KeyCache):
+            return slow
+        namespace = {"slow": slow, "cached": self.key_store.cached, "names": self.names}
+        values = "".join(f"obj.{name}, " for name in self.names)
+        source = (
+            "def sealed_values(obj):\n"
+            "    try:\n"
+            f"        values = ({values})\n"
+            f"        subject = obj.{self.subject}\n"
+            "    except AttributeError:\n"
+            "        return slow(obj)\n"
+            "    if type(subject) is str:\n"
+            "        key = cached(subject)\n"
+            "        if key is not None:\n"
+            "            last = key._last\n"
+            "            if last is not None and last[1] == values and last[2] == subject and \\\n"
+            "                    last[0] == names:\n"
+            "                return last[3]\n"
+            "    return slow(obj)\n"
+        )
+        exec(compile(source, f"<cqrs sealed values of {self.type_name}>", "exec"), namespace)  # noqa: S102
+        return namespace["sealed_values"]  # type: ignore[no-any-return]
 
     def _keys(self) -> KeyStore:
         if self.key_store is None:
@@ -73,9 +105,9 @@ class FieldSealer:
                 _set(new, name, value)
         return new
 
-    def sealed_values(self, obj: Any) -> tuple[Any, ...] | None:
-        """The values of ``obj``'s personal fields (in the order of :attr:`names`) as they are
-        written: sealed, or as they are when None, empty or their replacement (which say
+    def _sealed_values(self, obj: Any) -> tuple[Any, ...] | None:
+        """:attr:`sealed_values`: the values of ``obj``'s personal fields (in the order of
+        :attr:`names`) as they are written: sealed, or as they are when None, empty or their replacement (which say
         nothing about the person and need no key); None when no value needs sealing (a new
         aggregate's state, before its subject is known, is such). Runs once per event and
         state written: one key look-up, and values the key sealed lately (for any type with

@@ -494,17 +494,23 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
     drops = codec.key_store.drops if recent is not None else None
     vouched = drops if loaded_after == float("-inf") else None
     personal = worker.personal_types  # the commands' own: read only those with personal fields
-    subjects = codec.subjects_in([rec.payload for g in grouped for records in g.groups.values()
-                                  for rec in records if rec.envelope is not None and
-                                  rec.envelope.message_type in personal and rec.payload is not None])
+    payloads: list[bytes] = []
+    subjects: set[str] = set()
     held: list[tuple[_Grouped, tuple[str, str], str, _Cached]] = []
     for g in grouped:
-        for key in g.groups:
-            hit = g.cache.get(key)
+        cache = g.cache
+        for key, records in g.groups.items():
+            if personal:
+                for rec in records:
+                    env = rec.envelope
+                    if env is not None and env.message_type in personal and rec.payload is not None:
+                        payloads.append(rec.payload)
+            hit = cache.get(key)
             if hit is not None:
-                if hit.key_id is not None and recent is not None and (
-                        (vouched is not None and hit.drops == vouched) or
-                        recent(hit.subject, loaded_after) == hit.key_id):
+                if hit.drops == vouched and vouched is not None and hit.key_id is not None:
+                    continue  # the usual case: decided since the last check, nothing dropped
+                if hit.key_id is not None and recent is not None and \
+                        recent(hit.subject, loaded_after) == hit.key_id:
                     continue
                 if (subject := subject_of(hit.decoded)) is not None:
                     subjects.add(subject)
@@ -513,6 +519,8 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
                 record = loaded[key] = step.load_state(row.record)
                 if record.snapshot is not None and (subject := peek(record.snapshot)) is not None:
                     subjects.add(subject)
+    if payloads:
+        subjects |= codec.subjects_in(payloads)
     if not subjects:
         return {}, set(), drops
     keys = step.codec.key_store.prefetch(subjects) if step.codec.key_store is not None else {}

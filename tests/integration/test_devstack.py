@@ -8,7 +8,8 @@ import pytest
 
 from cqrs.config import CqrsConfig
 from cqrs.devstack.stack import DevStack
-from cqrs.errors import ServiceNotReady
+from cqrs.devstack.nodetool import compactions_pending, flush_and_compact, nodetool
+from cqrs.errors import DevStackError, ServiceNotReady
 
 
 def _second_stack(cfg: CqrsConfig, home: Path, **dev: object) -> CqrsConfig:
@@ -17,7 +18,8 @@ def _second_stack(cfg: CqrsConfig, home: Path, **dev: object) -> CqrsConfig:
     (home / "artifacts").symlink_to(cfg.dev.artifacts_path)
     return cfg.with_overrides(
         dev={"home": str(home), "kafka_port": 19192, "kafka_controller_port": 19193,
-             "cassandra_port": 19142, "cassandra_storage_port": 17100, **dev},
+             "cassandra_port": 19142, "cassandra_storage_port": 17100,
+             "cassandra_jmx_port": 17299, **dev},
         kafka={"bootstrap_servers": "127.0.0.1:19192"},
         cassandra={"port": 19142},
     )
@@ -65,3 +67,32 @@ def test_a_service_that_cannot_start_names_its_log(cqrs_config: CqrsConfig, tmp_
     assert "kafka" in str(failure.value)
     assert str(cfg.dev.data_path / "kafka" / "kafka.log") in str(failure.value)
     assert not any(s.running for s in stack.status())  # the other service was stopped again
+
+
+def test_nodetool_flushes_the_node_and_sees_its_compactions_end(cqrs_config: CqrsConfig) -> None:
+    from cassandra.cluster import Cluster
+
+    keyspace = "t_nodetool"
+    cluster = Cluster(cqrs_config.cassandra.contact_points(), port=cqrs_config.cassandra.port)
+    session = cluster.connect()
+    try:
+        session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
+                        "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+        session.execute(f"CREATE TABLE IF NOT EXISTS {keyspace}.rows (k int PRIMARY KEY, v text)")
+        for k in range(200):
+            session.execute(f"INSERT INTO {keyspace}.rows (k, v) VALUES (%s, 'x')", (k,))
+        before = nodetool(cqrs_config, "tablestats", f"{keyspace}.rows")
+        assert "SSTable count: 0" in before, before  # written to the memtable only
+        assert flush_and_compact(cqrs_config, timeout_s=120) < 120
+        after = nodetool(cqrs_config, "tablestats", f"{keyspace}.rows")
+        assert "SSTable count: 1" in after, after
+        assert compactions_pending(cqrs_config) == 0
+    finally:
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+        cluster.shutdown()
+
+
+def test_nodetool_without_a_jmx_port_says_which_setting(cqrs_config: CqrsConfig) -> None:
+    cfg = cqrs_config.with_overrides(dev={"cassandra_jmx_port": 0})
+    with pytest.raises(DevStackError, match=r"cassandra_jmx_port is 0.*cqrs dev down"):
+        nodetool(cfg, "flush")

@@ -821,3 +821,29 @@ def test_a_first_key_whose_insert_timed_out_is_asked_for_again(
     with pytest.raises(KeyStoreError):
         cassandra_keys.CassandraKeyStore(session, master).get_or_create_many(["ann"])  # type: ignore[arg-type]
     assert session.inserts == 1
+
+
+def test_a_cached_keys_last_values_are_written_again_until_the_subject_is_forgotten(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the generated first check of a codec over a KeyCache (an event and the state after it
+    # carry the same person's values): the same bytes without sealing, never after a forget
+    from cqrs.personal import fields
+
+    cache = KeyCache(MemoryKeyStore(), size=10, ttl_s=60)
+    codec = make_app().codec_for(InMemorySchemaStore(), key_store=cache)
+    sealer = codec._sealers[CustomerRegistered]  # noqa: SLF001
+    assert sealer.sealed_values.__code__.co_filename.startswith("<cqrs sealed values")
+    ann = CustomerRegistered("c-1", "ann@example.com", "annie")
+    data = codec.encode(ann)
+    with monkeypatch.context() as m:
+        m.setattr(fields, "seal_text", lambda *a: pytest.fail("sealed again"))
+        assert codec.encode(ann) == data
+        assert codec.encode(attrs.evolve(ann, plan="gold")) != data  # other bytes, same texts
+    old_key = cache.cached("c-1")
+    assert old_key is not None
+    cache.forget("c-1")
+    again = codec.encode(ann)  # a new key: sealed again, not the forgotten key's texts
+    assert again != data and old_key.key_id.hex() not in again.decode("latin-1")
+    assert codec.decode(again) == ann and codec.decode(data).email == FORGOTTEN
+    with pytest.raises(EncodeError, match="data subject"):
+        codec.encode(attrs.evolve(ann, customer_id=""))
