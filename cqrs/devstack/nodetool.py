@@ -11,7 +11,7 @@ import time
 
 from cqrs.config import CqrsConfig
 from cqrs.devstack.artifacts import require_installed
-from cqrs.devstack.services import _CASSANDRA_JDK17_FLAGS, cassandra_node, find_java
+from cqrs.devstack.services import CASSANDRA_JDK17_FLAGS, cassandra_node, find_java
 from cqrs.errors import DevStackError
 
 __all__ = ["compactions_pending", "flush_and_compact", "nodetool"]
@@ -29,17 +29,20 @@ def nodetool(cfg: CqrsConfig, *args: str, timeout_s: float = 120.0) -> str:
     jars = require_installed(cfg.dev, "cassandra")
     logback = cassandra_node(cfg).workdir / "logback.xml"  # the node's: warnings only
     argv = [find_java(cfg), "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-            *_CASSANDRA_JDK17_FLAGS, f"-Dlogback.configurationFile={logback}", "-cp", str(jars / "*"), "org.apache.cassandra.tools.NodeTool",
+            *CASSANDRA_JDK17_FLAGS, f"-Dlogback.configurationFile={logback}",
+            "-cp", str(jars / "*"), "org.apache.cassandra.tools.NodeTool",
             "-h", "127.0.0.1", "-p", str(port), *args]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise DevStackError(f"nodetool {' '.join(args)} did not finish within {timeout_s:.0f} s") from None
+        raise DevStackError(
+            f"nodetool {' '.join(args)} did not finish within {timeout_s:.0f} s") from None
     if done.returncode != 0:
         raise DevStackError(
             f"nodetool {' '.join(args)} failed ({done.returncode}): "
             f"{(done.stderr or done.stdout).strip()[-800:]} (is the stack up, with its JMX port "
-            f"{port}? a stack started before JMX was configured needs `cqrs dev down && cqrs dev up`)"
+            f"{port}? a stack started before JMX was configured needs `cqrs dev down && "
+            "cqrs dev up`)"
         )
     return done.stdout
 

@@ -19,6 +19,7 @@ from cqrs.devstack.artifacts import require_installed
 from cqrs.errors import DevStackError
 
 __all__ = [
+    "CASSANDRA_JDK17_FLAGS",
     "CassandraNode",
     "KafkaNode",
     "cassandra_argv",
@@ -63,7 +64,7 @@ _CASSANDRA_LOGBACK = """\
 """
 
 # Module access Cassandra 5.0 needs on JDK 17 (as in its jvm17-server.options).
-_CASSANDRA_JDK17_FLAGS = [
+CASSANDRA_JDK17_FLAGS = [
     "-Djdk.attach.allowAttachSelf=true",
     *(f"--add-exports={m}=ALL-UNNAMED" for m in (
         "java.base/jdk.internal.misc", "java.base/jdk.internal.ref", "java.base/sun.nio.ch",
@@ -370,7 +371,7 @@ def cassandra_argv(cfg: CqrsConfig, node: CassandraNode | None = None) -> list[s
         # held up past 20 ms 25 -> 10 in 4,000
         "-XX:+UseG1GC", "-XX:+ParallelRefProcEnabled", "-XX:MaxGCPauseMillis=20",
         "-XX:ActiveProcessorCount=2", "-XX:+PerfDisableSharedMem", "-XX:+ExitOnOutOfMemoryError",
-        *_CASSANDRA_JDK17_FLAGS,
+        *CASSANDRA_JDK17_FLAGS,
         *([f"-javaagent:{agent[-1]}"] if agent else []),
         "-Dcassandra-foreground=yes",
         f"-Dcassandra.config=file://{_cassandra_yaml(cfg, node)}",

@@ -47,9 +47,10 @@ class FieldSealer:
     def _remembered_first(self) -> Callable[[Any], tuple[Any, ...] | None]:
         """:meth:`_sealed_values`, with its usual case first in a function generated for this
         class: the values the subject's cached key sealed last (the event a command writes and
-        the state after it carry the same person's values), found with attribute reads and a
-        tuple compare, ~0.35 us instead of ~0.9 (two of them per command). Anything else goes
-        to :meth:`_sealed_values`."""
+        the state after it carry the same person's values), found with attribute reads, the
+        key cache's look-up and a tuple compare (an event and its state: 1.6 us instead of 1.9
+        at 20,000 subjects, mostly memory: each command touches another subject's entry).
+        Anything else goes to :meth:`_sealed_values`."""
         slow = self._sealed_values
         if not isinstance(self.key_store, KeyCache):
             return slow
@@ -107,12 +108,12 @@ class FieldSealer:
 
     def _sealed_values(self, obj: Any) -> tuple[Any, ...] | None:
         """:attr:`sealed_values`: the values of ``obj``'s personal fields (in the order of
-        :attr:`names`) as they are written: sealed, or as they are when None, empty or their replacement (which say
-        nothing about the person and need no key); None when no value needs sealing (a new
-        aggregate's state, before its subject is known, is such). Runs once per event and
-        state written: one key look-up, and values the key sealed lately (for any type with
-        these field names) cost a dict look-up (the key's memo, see seal_text; don't change
-        what it returns)."""
+        :attr:`names`) as they are written: sealed, or as they are when None, empty or their
+        replacement (which say nothing about the person and need no key); None when no value
+        needs sealing (a new aggregate's state, before its subject is known, is such). Runs
+        once per event and state written: one key look-up, and values the key sealed lately
+        (for any type with these field names) cost a dict look-up (the key's memo, see
+        seal_text; don't change what it returns)."""
         values = self._get(obj)
         subject = getattr(obj, self.subject, None)
         if isinstance(self.key_store, KeyCache) and type(subject) is str and subject:
