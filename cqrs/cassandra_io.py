@@ -329,6 +329,29 @@ class CassandraSession:
             params = [([keys[i] for i in group],) for group in self.groups(keys)]
         return [row for rows in self.concurrent(stmt, params) for row in rows]
 
+    def read_in_buckets(self, select: str, key_column: str, keys: Sequence[str],
+                        bucket_of: Callable[[str], int], bucket_column: str = "bucket") -> list[Any]:
+        """Rows of ``select`` (a SELECT without WHERE) of a table partitioned by
+        ``bucket_column`` and clustered by ``key_column``, whose key is one of ``keys``
+        (``bucket_of`` gives a key's bucket): a read per bucket and ``rows_per_request`` keys,
+        or a read per key."""
+        if not keys:
+            return []
+        n = self.rows_per_request
+        by_bucket: dict[int, list[str]] = {}
+        for k in keys:
+            by_bucket.setdefault(bucket_of(k), []).append(k)
+        where = f" WHERE {quote(bucket_column)} = ? AND {quote(key_column)}"
+        params: list[tuple[Any, ...]]
+        if n == 1:
+            stmt = self.prepare(select + where + " = ?")
+            params = [(b, k) for b, group in by_bucket.items() for k in group]
+        else:
+            stmt = self.prepare(select + where + " IN ?")
+            params = [(b, group[i:i + n]) for b, group in by_bucket.items()
+                      for i in range(0, len(group), n)]
+        return [row for rows in self.concurrent(stmt, params) for row in rows]
+
     def write_rows(self, stmt: Any, keys: Sequence[str], params: Sequence[Sequence[Any]],
                    sizes: Sequence[int] | None = None) -> None:
         """``stmt`` once per row of ``params`` (``keys``: each row's partition key), as

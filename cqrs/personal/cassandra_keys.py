@@ -90,23 +90,9 @@ class CassandraKeyStore(KeyStore):
 
     def _copies(self, subjects: Sequence[str]) -> dict[str, bytes]:
         """The wrapped keys of those of ``subjects`` that :data:`COPY_TABLE` holds."""
-        if not subjects:
-            return {}
-        n = self.session.rows_per_request
-        by_bucket: dict[int, list[str]] = {}
-        for s in subjects:
-            by_bucket.setdefault(copy_bucket(s), []).append(s)
-        if n == 1:
-            stmt = self.session.prepare(
-                f"SELECT subject, wrapped FROM {COPY_TABLE} WHERE bucket = ? AND subject = ?")
-            params: list[Sequence[Any]] = [(b, s) for b, group in by_bucket.items() for s in group]
-        else:
-            stmt = self.session.prepare(
-                f"SELECT subject, wrapped FROM {COPY_TABLE} WHERE bucket = ? AND subject IN ?")
-            params = [(b, group[i:i + n]) for b, group in by_bucket.items()
-                      for i in range(0, len(group), n)]
-        return {row[0]: bytes(row[1]) for rows in self.session.concurrent(stmt, params)
-                for row in rows}
+        rows = self.session.read_in_buckets(f"SELECT subject, wrapped FROM {COPY_TABLE}",
+                                            "subject", subjects, copy_bucket)
+        return {row[0]: bytes(row[1]) for row in rows}
 
     def _copy(self, keys: Sequence[tuple[str, bytes, int]]) -> None:
         """Write ``(subject, wrapped, timestamp of the key's row)`` to :data:`COPY_TABLE`."""

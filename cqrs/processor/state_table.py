@@ -228,25 +228,11 @@ class StateTable:
     def read(self, generation: int, aggregate_ids: Sequence[str]) -> dict[tuple[str, str], StoredAggregate]:
         """The rows of these aggregate ids (every type), by (aggregate type, aggregate id): a
         request per bucket and ``rows_per_request`` ids."""
-        if not aggregate_ids:
-            return {}
-        n = self.cassandra.rows_per_request
-        if n == 1:
-            stmt = self.cassandra.prepare(self._select(generation) +
-                                          " WHERE bucket = ? AND aggregate_id = ?")
-        else:
-            stmt = self.cassandra.prepare(self._select(generation) +
-                                          " WHERE bucket = ? AND aggregate_id IN ?")
-        params: list[tuple[Any, ...]] = []
-        for bucket, idx in self._by_bucket(generation, aggregate_ids).items():
-            if n == 1:
-                params.extend((bucket, aggregate_ids[i]) for i in idx)
-            else:
-                params.extend((bucket, [aggregate_ids[i] for i in idx[j:j + n]])
-                              for j in range(0, len(idx), n))
+        buckets = self.buckets_of(generation)
+        rows = self.cassandra.read_in_buckets(self._select(generation), "aggregate_id",
+                                              aggregate_ids, lambda a: state_bucket(a, buckets))
         row = self._row
-        return {(r[1], r[0]): row(r) for rows in self.cassandra.concurrent(stmt, params)
-                for r in rows}
+        return {(r[1], r[0]): row(r) for r in rows}
 
     def get(self, generation: int, aggregate_id: str) -> list[StoredAggregate]:
         """The rows of one aggregate id (one per aggregate type that has it)."""

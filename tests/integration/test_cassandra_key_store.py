@@ -52,6 +52,21 @@ class TestCassandraKeyStore(KeyStoreContract):
         return cassandra_store
 
 
+@pytest.fixture(scope="module")
+def row_by_row_store(cqrs_config: CqrsConfig, keyspace: str) -> Iterator[CassandraKeyStore]:
+    """A store whose session reads and writes a row per request (``rows_per_request = 1``)."""
+    session = CassandraSession(cqrs_config.cassandra, keyspace=keyspace, rows_per_request=1)
+    store = CassandraKeyStore(session, MASTER)
+    yield store
+    store.close()
+
+
+class TestCassandraKeyStoreRowByRow(KeyStoreContract):
+    @pytest.fixture
+    def key_store(self, row_by_row_store: CassandraKeyStore) -> CassandraKeyStore:
+        return row_by_row_store
+
+
 def test_a_row_holds_the_key_wrapped_and_only_the_master_key_opens_it(
         cassandra_store: CassandraKeyStore) -> None:
     subject = f"ann-{uuid.uuid4().hex[:8]}"

@@ -772,15 +772,16 @@ class _TableSession:
     def read_in(self, select: str, column: str, keys: list[str]) -> list[tuple[str, bytes, int]]:
         return [(s, self.rows[s], 1) for s in keys if s in self.rows]
 
+    def read_in_buckets(self, select: str, column: str, keys: list[str],
+                        bucket_of: Any) -> list[tuple[str, bytes]]:  # of the copies
+        return [(s, self.copies[s]) for s in keys if s in self.copies]
+
     def concurrent(self, stmt: str, params: list[tuple[Any, ...]]) -> list[Any]:
         import types
 
         from cqrs.errors import KeyStoreError
         from cqrs.personal.cassandra_keys import COPY_TABLE
 
-        if stmt.startswith("SELECT"):  # of the copies, per bucket
-            return [[(s, self.copies[s]) for s in group if s in self.copies]
-                    for _, group in params]
         if COPY_TABLE in stmt:
             self.copies.update((s, w) for _, s, w, _ in params)
             return [None] * len(params)
