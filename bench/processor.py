@@ -207,8 +207,9 @@ class SliceTotals:
 
 @contextlib.contextmanager
 def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int, bank: Bank = EXAMPLE,
-                      ) -> Iterator[tuple[AppTopics, ResultWatcher, Any, SliceTotals]]:
-    """Fresh topics, a results watcher and a running processor with every account opened."""
+                      settle: bool = True) -> Iterator[tuple[AppTopics, ResultWatcher, Any, SliceTotals]]:
+    """Fresh topics, a results watcher and a running processor with every account opened
+    (and with ``settle``, Cassandra flushed and the stack quiet: :func:`settled`)."""
     topics = fresh_topics(cfg, bank.app.name, "processor")
     watcher = ResultWatcher(cfg, topics.results)
     watcher.start()
@@ -227,7 +228,8 @@ def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int, bank: Bank =
         del opened  # a million encoded commands hold ~2 GB
         committed(query)
         print(f"warm-up: done in {time.monotonic() - started:.1f} s", flush=True)
-        settled(cfg)
+        if settle:
+            settled(cfg)
         slices.reset()
         yield topics, watcher, query, slices
     finally:
@@ -280,12 +282,12 @@ def committed(query: Any, timeout_s: float = 60.0) -> None:
 
 
 def throughput(cfg: CqrsConfig, spark: Any, aggregates: int, commands: int,
-               bank: Bank = EXAMPLE) -> Row:
+               bank: Bank = EXAMPLE, settle: bool = True) -> Row:
     load = announce(f"{bank.label}: throughput, {commands:,} deposits over {aggregates:,} aggregates")
     started = time.monotonic()
     work = encode_all(bank.app, deposits(aggregates, commands, bank), bank_codec(cfg, bank))
     print(f"encoded {commands:,} deposits in {time.monotonic() - started:.1f} s (before the clock)", flush=True)
-    with SparkMemorySampler() as mem, running_processor(cfg, spark, aggregates, bank) as (topics, watcher, query, slices):
+    with SparkMemorySampler() as mem, running_processor(cfg, spark, aggregates, bank, settle) as (topics, watcher, query, slices):
         cpu, parts = MachineCpu(), ComponentCpu(stack_pids(cfg))
         started = time.monotonic()
         produce(cfg, topics.commands, work)
@@ -332,11 +334,11 @@ def batch_report(query: Any) -> dict[str, Any]:
 
 
 def latency(cfg: CqrsConfig, spark: Any, rate: float, seconds: float,
-            aggregates: int = LATENCY_AGGREGATES) -> Row:
+            aggregates: int = LATENCY_AGGREGATES, settle: bool = True) -> Row:
     load = announce(f"{OURS}: latency, {rate:.0f}/s for {seconds:.0f} s over {aggregates:,} aggregates")
     total = int(rate * seconds)
     work: list[Encoded] = encode_all(app, [(f"acc-{n % aggregates}", Deposit(1)) for n in range(total)])
-    with SparkMemorySampler() as mem, running_processor(cfg, spark, aggregates) as (topics, watcher, query, slices):
+    with SparkMemorySampler() as mem, running_processor(cfg, spark, aggregates, settle=settle) as (topics, watcher, query, slices):
         cpu, parts = MachineCpu(), ComponentCpu(stack_pids(cfg))
         sent_at: dict[bytes, float] = {}
         produce(cfg, topics.commands, work, sent_at=sent_at, rate=rate)
@@ -438,6 +440,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "fewer for a smoke run: each is opened before the clock starts)")
     parser.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
                         help="one untimed run of ours first, so the services' JVMs are compiled")
+    parser.add_argument("--settle", action=argparse.BooleanOptionalAction, default=True,
+                        help="before each timed run, flush Cassandra, wait for its compactions "
+                             "and for a quiet stack (default: on; ~2-16 s a run, most of it "
+                             "nodetool's JVM; a smoke run needs none)")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--no-throughput", action="store_true")
     parser.add_argument("--ours", action=argparse.BooleanOptionalAction, default=True,
@@ -478,15 +484,16 @@ def spark_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) -> No
             print(f"\n== warm-up, not recorded: {WARM_UP_COMMANDS:,} deposits over "
                   f"{WARM_UP_AGGREGATES:,} aggregates (the services' JVMs compile under load)",
                   flush=True)
-            throughput(cfg, spark, WARM_UP_AGGREGATES, WARM_UP_COMMANDS)
+            throughput(cfg, spark, WARM_UP_AGGREGATES, WARM_UP_COMMANDS, settle=args.settle)
         if args.ours and not args.no_throughput:
             for aggregates in args.aggregates:
                 m = commands_for(aggregates, args.commands)
-                attempt(rows, OURS, "throughput", partial(throughput, cfg, spark, aggregates, m),
+                attempt(rows, OURS, "throughput", partial(throughput, cfg, spark, aggregates, m, settle=args.settle),
                         aggregates=aggregates, commands=m)
         if args.ours and not args.no_latency:
             attempt(rows, OURS, "latency",
-                    partial(latency, cfg, spark, args.rate, args.seconds, latency_aggregates),
+                    partial(latency, cfg, spark, args.rate, args.seconds, latency_aggregates,
+                            args.settle),
                     **latency_context)
         if not args.floor:
             return
@@ -526,7 +533,7 @@ def personal_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) ->
         if args.warm_up:
             print(f"\n== warm-up, not recorded: {WARM_UP_COMMANDS:,} deposits over "
                   f"{WARM_UP_AGGREGATES:,} aggregates, personal fields", flush=True)
-            throughput(cfg, spark, WARM_UP_AGGREGATES, WARM_UP_COMMANDS, personal)
+            throughput(cfg, spark, WARM_UP_AGGREGATES, WARM_UP_COMMANDS, personal, args.settle)
         for aggregates in args.aggregates:
             m = commands_for(aggregates, args.commands)
             for n in range(args.rounds):
@@ -534,7 +541,7 @@ def personal_rows(cfg: CqrsConfig, args: argparse.Namespace, rows: list[Row]) ->
                 for bank in (plain, personal) if n % 2 == 0 else (personal, plain):
                     bank = fresh_accounts(bank)
                     attempt(rows, bank.label, "throughput",
-                            partial(throughput, cfg, spark, aggregates, m, bank),
+                            partial(throughput, cfg, spark, aggregates, m, bank, args.settle),
                             aggregates=aggregates, commands=m)
                     pair.append(rows[-1])
                 if n % 2:

@@ -76,7 +76,7 @@ def _in_process_lane(results: Path) -> list[Smoke]:
         # bench/report.py in test_the_report_redraws_a_results_file
         Smoke("bench/processor.py",
               ("--aggregates", "--commands", "200", "--rate", "20", "--seconds", "1",
-               "--latency-aggregates", "10", "--no-warm-up", "--peer-aggregates", "5",
+               "--latency-aggregates", "10", "--no-warm-up", "--no-settle", "--peer-aggregates", "5",
                "--results-dir", out, "--img-dir", out),
               ("RESULT latency rate=20/s",
                "RESULT spark floor latency", "RESULT spark floor throughput",
@@ -86,7 +86,7 @@ def _in_process_lane(results: Path) -> list[Smoke]:
               ("2*.json", "processor-throughput.png", "processor-latency.png")),
         Smoke("bench/processor.py",
               ("--personal", "--aggregates", "20", "--commands", "500", "--rounds", "1",
-               "--no-warm-up", "--results-dir", out),
+               "--no-warm-up", "--no-settle", "--results-dir", out),
               ("RESULT personal round 1, 20 aggregates: plain", "RESULT personal / plain:")),
         Smoke("bench/projector.py",
               ("--stream-events", "1000", "--rebuild-events", "1000", "--accounts", "50"),
