@@ -59,6 +59,7 @@ __all__ = [
     "ProduceError",
     "SliceStats",
     "StateCache",
+    "States",
     "Worker",
     "group_by_aggregate",
     "process_slice",
@@ -135,6 +136,19 @@ class _Cached:
     drops: int | None = None
 
 
+class States(collections.OrderedDict[tuple[str, str], _Cached]):
+    """The cached states of one commands-topic partition, least recently used first.
+
+    ``vouched``: for an app with personal fields, the key cache's drops count (see
+    :attr:`~cqrs.personal.keys.KeyCache.drops`) under which every state here whose subject has
+    a key was decided or checked, with that key's id; None when not known (an empty cache, a
+    state back from a lane, one decided without its key id). While the key cache's count is
+    still that one (and its forget check is recent), no state here needs a check: a slice
+    skips them all in one compare (:func:`_batch_keys`)."""
+
+    vouched: int | None = None
+
+
 class StateCache:
     """The states a worker wrote, per commands-topic partition, valid for a slice only when the
     slice starts where the worker's last slice of that partition ended (nobody else can have
@@ -145,18 +159,17 @@ class StateCache:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.serving: set[Any] = set()  # partitions of the running task: evicted last
-        self._parts: dict[Any, tuple[int, collections.OrderedDict[tuple[str, str], _Cached]]] = {}
+        self._parts: dict[Any, tuple[int, States]] = {}
 
-    def take(self, part: Any, first_offset: int) -> collections.OrderedDict[tuple[str, str], _Cached]:
+    def take(self, part: Any, first_offset: int) -> States:
         """The partition's cached states if valid for a slice starting at ``first_offset``;
         else an empty cache (the stale one is dropped)."""
         found = self._parts.pop(part, None)
         if found is not None and found[0] == first_offset:
             return found[1]
-        return collections.OrderedDict()
+        return States()
 
-    def put(self, part: Any, next_offset: int,
-            entries: collections.OrderedDict[tuple[str, str], _Cached]) -> None:
+    def put(self, part: Any, next_offset: int, entries: States) -> None:
         if self.capacity <= 0:
             return
         self._parts.pop(part, None)
@@ -179,7 +192,7 @@ class StateCache:
         found = self._parts.get(part)
         return None if found is None else found[0]
 
-    def entries(self, part: Any) -> collections.OrderedDict[tuple[str, str], _Cached] | None:
+    def entries(self, part: Any) -> States | None:
         """The partition's cached states, kept between slices (None: nothing cached)."""
         found = self._parts.get(part)
         return None if found is None else found[1]
@@ -473,15 +486,22 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
     """For an app with personal fields: the keys of the slices' data subjects, asked of the key
     store at once (:meth:`~cqrs.personal.keys.KeyStore.prefetch`), so that decoding and
     encoding the slices finds every key in the cache: the subjects of the commands (read
-    without opening them), of the cached states and of the state rows read (``loaded`` gets
-    the rows' records, decoded once for the step).
+    without opening them), of the cached states to check and of the state rows read
+    (``loaded`` gets the rows' records, decoded once for the step).
 
     A cached state is kept decoded, so it holds its personal values in clear: one whose
     subject's key is not the key it was decided with (the subject was forgotten, and the
     key cache has noticed: within ``[personal_data] key_cache_seconds``) is dropped from the
     cache; the ids of those aggregates are returned, to read their rows again (which read
     their personal fields as the replacement), so that their old values are never sealed
-    again under the subject's new key."""
+    again under the subject's new key.
+
+    The usual case costs one compare per partition: the key cache dropped no key since every
+    state cached was decided or checked, and its forget check is recent (:attr:`States.vouched`).
+    Else, while that check is recent, every state of the partition is checked once (those of
+    the slice with the keys asked for, the others against the key cache alone: one that does
+    not hold the state's key is dropped, to be read again when needed) and the partition's
+    cache is vouched for again; while it is not recent, the states of the slice are checked."""
     step = worker.step
     codec = step.codec
     peek, subject_of = codec.peek_subject, codec.subject_of
@@ -498,27 +518,34 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
     subjects: set[str] = set()
     held: list[tuple[_Grouped, tuple[str, str], str, _Cached]] = []
     for g in grouped:
-        cache = g.cache
-        for key, records in g.groups.items():
-            if personal:
-                for rec in records:
-                    env = rec.envelope
-                    if env is not None and env.message_type in personal and rec.payload is not None:
-                        payloads.append(rec.payload)
-            hit = cache.get(key)
-            if hit is not None:
-                if hit.drops == vouched and vouched is not None and hit.key_id is not None:
-                    continue  # the usual case: decided since the last check, nothing dropped
-                if hit.key_id is not None and recent is not None and \
-                        recent(hit.subject, loaded_after) == hit.key_id:
-                    continue
-                if (subject := subject_of(hit.decoded)) is not None:
-                    subjects.add(subject)
-                    held.append((g, key, subject, hit))
-            elif (row := stored.get(key)) is not None:
-                record = loaded[key] = step.load_state(row.record)
-                if record.snapshot is not None and (subject := peek(record.snapshot)) is not None:
-                    subjects.add(subject)
+        cache, groups = g.cache, g.groups
+        if personal:
+            payloads += [rec.payload for records in groups.values() for rec in records
+                         if (env := rec.envelope) is not None and env.message_type in personal
+                         and rec.payload is not None]
+        if vouched is not None and cache.vouched == vouched:
+            continue  # the usual case: nothing dropped since every state here was vouched for
+        whole = vouched is not None  # every state of the partition, else those of the slice
+        for key in list(cache) if whole else [k for k in groups if k in cache]:
+            hit = cache[key]
+            if hit.key_id is not None and (hit.drops == vouched and vouched is not None or
+                                           recent is not None and
+                                           recent(hit.subject, loaded_after) == hit.key_id):
+                continue
+            if (subject := subject_of(hit.decoded)) is None:
+                continue
+            if key in groups:
+                subjects.add(subject)
+                held.append((g, key, subject, hit))
+            else:  # not needed now: read again when it is
+                del cache[key]
+        if whole:
+            cache.vouched = vouched  # once the held states are checked, below
+    for key, row in stored.items():  # the states not cached: their rows
+        if any(key in g.groups and key not in g.cache for g in grouped):
+            record = loaded[key] = step.load_state(row.record)
+            if record.snapshot is not None and (subject := peek(record.snapshot)) is not None:
+                subjects.add(subject)
     if payloads:
         subjects |= codec.subjects_in(payloads)
     if not subjects:
@@ -602,6 +629,7 @@ def _return_from_lanes(worker: Worker, grouped: list[_Grouped],
             cache = worker.cache.entries(part)
         if cache is not None:
             cache[lane.key] = cached
+            cache.vouched = None  # its key id is not known
 
 
 def _route_to_lanes(worker: Worker, grouped: list[_Grouped]) -> None:
@@ -626,7 +654,7 @@ class _Pending:
 
     part: tuple[Any, ...]
     next_offset: int
-    cache: collections.OrderedDict[tuple[str, str], _Cached] | None  # None: a lane's
+    cache: States | None  # None: a lane's
     out: list[OutputRecord]
     rows: list[StoredAggregate]
     deadlines: list[StoredDeadline]
@@ -672,7 +700,7 @@ def _write(worker: Worker, pending: list[_Pending], stats: SliceStats, wait: boo
 class _Grouped:
     part: tuple[Any, ...]
     next_offset: int
-    cache: collections.OrderedDict[tuple[str, str], _Cached]
+    cache: States
     groups: dict[tuple[str | None, str | None], list[InputRecord]]
 
 
@@ -806,6 +834,8 @@ def _decide(worker: Worker, grouped: list[_Grouped],
                 hit.key_id is not None else state_key_id(step, keys, result.state, subject)
         cache[item.key] = _Cached(new_row, result.record, result.state, key_id, subject, drops)
         cache.move_to_end(item.key)
+        if drops != cache.vouched or key_id is None and subject is not None:
+            cache.vouched = None
     stats.aggregates += len(items)
     stats.cache_hits += hits
     stats.skipped += skipped

@@ -48,11 +48,17 @@ OPEN, DEPOSIT = COMMANDS[app.name].open_account, COMMANDS[app.name].deposit
 
 
 class CountingKeyStore(KeyStore):
-    """Delegates to ``store``, noting each request: (method, number of subjects)."""
+    """Delegates to ``store``, noting each request: (method, number of subjects). Its record
+    of forgets is the store's only once ``recorded`` is set (before the worker's first
+    slice): else the worker's key cache reads each key again once it is a TTL old."""
 
     def __init__(self, store: KeyStore) -> None:
         self.store = store
         self.requests: list[tuple[str, int]] = []
+        self.recorded = False
+
+    def forgotten_since(self, since: float) -> Collection[str] | None:
+        return self.store.forgotten_since(since) if self.recorded else None
 
     def get_many(self, subjects: Collection[str]) -> dict[str, SubjectKey]:
         self.requests.append(("get_many", len(subjects)))
@@ -138,8 +144,11 @@ def test_a_slice_about_many_subjects_asks_the_key_store_once(fx: Fixture) -> Non
     assert state is not None and (state.state.holder, state.state.balance) == ("Holder 7", 5)
 
 
+@pytest.mark.parametrize("recorded", [False, True], ids=["by-age", "by-record"])
 def test_a_cached_state_of_a_forgotten_subject_is_not_written_again_under_a_new_key(
-        fx: Fixture) -> None:
+        fx: Fixture, recorded: bool) -> None:
+    # the worker's key cache notices the forget by the key's age, or in the store's record
+    fx.counted.recorded = recorded
     acc = f"{fx.prefix}-acc-ann"
     name, email = "Ann Quillfeather", "ann.quillfeather@example.com"
     end = fx.send((acc, OPEN(acc, name, email)), (acc, DEPOSIT(5)))
@@ -169,3 +178,32 @@ def test_a_cached_state_of_a_forgotten_subject_is_not_written_again_under_a_new_
     end3 = fx.send((acc, DEPOSIT(1)))
     again = fx.run(end2, end3)
     assert (again.accepted, again.cache_hits, again.stale_states) == (1, 1, 0)
+
+
+def test_a_forgotten_subjects_cached_state_is_dropped_in_a_slice_about_somebody_else(
+        fx: Fixture) -> None:
+    # the worker's key cache notices the forget (in the store's record) in a slice without
+    # the subject: every state the partition's cache holds is checked then (once), and the
+    # forgotten one is dropped
+    fx.counted.recorded = True
+    ann, bo = f"{fx.prefix}-acc-ann", f"{fx.prefix}-acc-bo"
+    name, email = "Ann Quillfeather", "ann.quillfeather@example.com"
+    end = fx.send((ann, OPEN(ann, name, email)), (bo, OPEN(bo, "Bo Brightwater", "bo@example.com")))
+    assert fx.run(0, end).accepted == 2
+
+    assert forget_subject(fx.cfg, app, ann) is True
+    time.sleep(KEY_CACHE_S + 0.2)
+    end2 = fx.send((bo, DEPOSIT(5)))
+    stats = fx.run(end, end2)
+    assert (stats.accepted, stats.cache_hits, stats.state_reads) == (1, 1, 0)  # Bo: cached
+    assert fx.worker.cache.entries(fx.worker.part(fx.topics.commands, 0)).keys() == {
+        ("pd-bank.Account", bo)}  # Ann's state, in clear, is gone
+
+    end3 = fx.send((ann, DEPOSIT(7)))
+    later = fx.run(end2, end3)
+    assert (later.accepted, later.cache_hits, later.state_reads) == (1, 0, 1)  # her row
+    events = read_to_end(fx.cfg, [fx.topics.events])
+    assert all(name.encode() not in e.value and email.encode() not in e.value for e in events)
+    reading = app.codec_for(fx.client_codec.store, key_store=KeyCache(fx.counted.store))
+    last = reading.decode(events[-1].value)
+    assert (last.amount, last.holder, last.email) == (7, FORGOTTEN, FORGOTTEN)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import collections
-
-from cqrs.processor.partition import StateCache, _Cached
+from cqrs.processor.partition import StateCache, States, _Cached
 from cqrs.processor.state_table import StoredAggregate
 from cqrs.processor.step import UNDECODED
 
@@ -12,8 +10,8 @@ PART_A = ("bank", 1, "bank.commands", 0)
 PART_B = ("bank", 1, "bank.commands", 1)
 
 
-def _entries(*ids: str) -> collections.OrderedDict[tuple[str, str], _Cached]:
-    return collections.OrderedDict(
+def _entries(*ids: str) -> States:
+    return States(
         (("T", i), _Cached(StoredAggregate(i, "T", 1, False, i.encode(), 0, 7, 1), None, UNDECODED))
         for i in ids)
 
