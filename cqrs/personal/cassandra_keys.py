@@ -19,7 +19,6 @@ import datetime as _dt
 import time
 import zlib
 from collections.abc import Collection, Sequence
-from typing import Any
 
 from cqrs.cassandra_io import CassandraSession
 from cqrs.config import CqrsConfig

@@ -39,26 +39,28 @@ def keyspace(cqrs_config: CqrsConfig) -> Iterator[str]:
         session.close()
 
 
-@pytest.fixture(scope="module")
-def cassandra_store(cqrs_config: CqrsConfig, keyspace: str) -> Iterator[CassandraKeyStore]:
-    store = CassandraKeyStore(CassandraSession(cqrs_config.cassandra, keyspace=keyspace), MASTER)
+def _store(cfg: CqrsConfig, keyspace: str, **options: int) -> Iterator[CassandraKeyStore]:
+    session = CassandraSession(cfg.cassandra, keyspace=keyspace, **options)
+    store = CassandraKeyStore(session, MASTER)
     yield store
     store.close()
+
+
+@pytest.fixture(scope="module")
+def cassandra_store(cqrs_config: CqrsConfig, keyspace: str) -> Iterator[CassandraKeyStore]:
+    yield from _store(cqrs_config, keyspace)
+
+
+@pytest.fixture(scope="module")
+def row_by_row_store(cqrs_config: CqrsConfig, keyspace: str) -> Iterator[CassandraKeyStore]:
+    """A store whose session reads and writes a row per request (``rows_per_request = 1``)."""
+    yield from _store(cqrs_config, keyspace, rows_per_request=1)
 
 
 class TestCassandraKeyStore(KeyStoreContract):
     @pytest.fixture
     def key_store(self, cassandra_store: CassandraKeyStore) -> CassandraKeyStore:
         return cassandra_store
-
-
-@pytest.fixture(scope="module")
-def row_by_row_store(cqrs_config: CqrsConfig, keyspace: str) -> Iterator[CassandraKeyStore]:
-    """A store whose session reads and writes a row per request (``rows_per_request = 1``)."""
-    session = CassandraSession(cqrs_config.cassandra, keyspace=keyspace, rows_per_request=1)
-    store = CassandraKeyStore(session, MASTER)
-    yield store
-    store.close()
 
 
 class TestCassandraKeyStoreRowByRow(KeyStoreContract):
