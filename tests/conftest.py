@@ -112,8 +112,10 @@ def _throwaway_names_removed(cfg: CqrsConfig) -> Iterator[None]:
 def _cql_session(cfg: CqrsConfig) -> Iterator[Any]:
     """A driver session on the test stack's Cassandra, shut down afterwards."""
     from cassandra.cluster import Cluster
+    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
 
-    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port)
+    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
+                      protocol_version=CQL_PROTOCOL_VERSION)
     try:
         yield cluster.connect()
     finally:

@@ -393,6 +393,7 @@ def cassandra_healthy(cfg: CqrsConfig, address: str | None = None, port: int | N
     """True when the node answers ``SELECT release_version FROM system.local`` and knows at
     least ``peers`` other nodes that are up (default: the configured contact point)."""
     from cassandra.cluster import Cluster
+    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
     from cassandra.policies import WhiteListRoundRobinPolicy
 
     address = address or cfg.cassandra.contact_points()[0]
@@ -405,6 +406,7 @@ def cassandra_healthy(cfg: CqrsConfig, address: str | None = None, port: int | N
 
         extra["auth_provider"] = PlainTextAuthProvider(*auth)
     cluster = Cluster([address], port=port, connect_timeout=2, control_connection_timeout=2,
+                      protocol_version=CQL_PROTOCOL_VERSION,
                       load_balancing_policy=WhiteListRoundRobinPolicy([address]), **extra)
     try:
         session = cluster.connect()

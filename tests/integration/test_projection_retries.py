@@ -152,8 +152,10 @@ def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> 
             stop(proc, signal.SIGTERM)
         store.close()
         from cassandra.cluster import Cluster
+        from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
 
-        cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port)
+        cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
+                      protocol_version=CQL_PROTOCOL_VERSION)
         try:
             cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
         finally:

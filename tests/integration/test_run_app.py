@@ -80,6 +80,7 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     from cassandra.cluster import Cluster
+    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
 
     token = uuid.uuid4().hex[:8]
     prefix, keyspace = f"t-runapp-{token}-", f"t_runapp_{token}"  # read models have no prefix
@@ -89,7 +90,8 @@ def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> 
                                      cassandra={"keyspace": keyspace},
                                      spark={"checkpoint_dir": str(folder / "checkpoints")},
                                      metrics={"port": metrics_port})
-    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port)
+    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
+                      protocol_version=CQL_PROTOCOL_VERSION)
     session = cluster.connect()
     session.execute(f"CREATE KEYSPACE {keyspace} WITH replication = {cfg.cassandra.replication}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),

@@ -26,8 +26,10 @@ def table_exists(cfg: Any, table: str) -> bool:
     """Whether ``table`` is in the schema of ``cfg``'s keyspace (read from ``system_schema``,
     so without preparing a statement on a table another process may be creating)."""
     from cassandra.cluster import Cluster
+    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
 
-    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port)
+    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
+                      protocol_version=CQL_PROTOCOL_VERSION)
     try:
         rows = cluster.connect().execute(
             "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s AND "
