@@ -19,7 +19,7 @@ from cqrs.config import CassandraSettings
 from cqrs.errors import CqrsError
 
 __all__ = ["CQL_PROTOCOL_VERSION", "MAX_BATCH_BYTES", "CassandraSession", "CassandraUnavailableError", "InvalidIdentifierError",
-           "consistency_level", "cql_bigint", "cql_boolean", "cql_int", "identifier", "quote",
+           "consistency_level", "cql_bigint", "cql_cluster", "cql_boolean", "cql_int", "identifier", "quote",
            "replication_map"]
 
 CQL_PROTOCOL_VERSION = 4
@@ -28,6 +28,16 @@ wraps every frame in checksummed segments, which the driver builds and checks in
 state row cost ~25 % more CPU to write, ~50 % more to read; and a connection the driver opens
 with it now and then fails at once with "CRC mismatch on header" (a driver issue, PYTHON-1337;
 seen in CI while a test polled the schema)."""
+
+def cql_cluster(contact_points: Sequence[str], port: int, **options: Any) -> Any:
+    """A cassandra-driver ``Cluster`` of ``contact_points`` that asks for
+    :data:`CQL_PROTOCOL_VERSION` (``options``: the driver's other arguments): how every
+    connection is opened, :class:`CassandraSession`'s, the dev stack's and the tests'."""
+    from cassandra.cluster import Cluster
+
+    return Cluster(list(contact_points), port=port, protocol_version=CQL_PROTOCOL_VERSION,
+                   **options)
+
 
 # Cassandra warns about a batch over 5 KiB and refuses one over 50 KiB by default (the dev
 # stack allows 64 / 640): larger rows are written in smaller batches, a very large one alone
@@ -128,7 +138,7 @@ class CassandraSession:
                  concurrency: int = 128, rows_per_request: int = 32,
                  error: Callable[[str], Exception] = CassandraUnavailableError) -> None:
         from cassandra.auth import PlainTextAuthProvider
-        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
         from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
         from cassandra.query import tuple_factory
 
@@ -169,10 +179,9 @@ class CassandraSession:
         # on loopback instead of 2-3 ms
         import socket
 
-        self.cluster = Cluster(cassandra.contact_points(), port=cassandra.port,
-                               execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-                               protocol_version=CQL_PROTOCOL_VERSION,
-                               sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)], **kwargs)
+        self.cluster = cql_cluster(cassandra.contact_points(), cassandra.port,
+                                   execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+                                   sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)], **kwargs)
         try:
             self.session = self._connect(replication)
         except Exception as exc:

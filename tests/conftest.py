@@ -111,11 +111,9 @@ def _throwaway_names_removed(cfg: CqrsConfig) -> Iterator[None]:
 @contextlib.contextmanager
 def _cql_session(cfg: CqrsConfig) -> Iterator[Any]:
     """A driver session on the test stack's Cassandra, shut down afterwards."""
-    from cassandra.cluster import Cluster
-    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
+    from cqrs.cassandra_io import cql_cluster
 
-    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
-                      protocol_version=CQL_PROTOCOL_VERSION)
+    cluster = cql_cluster(cfg.cassandra.contact_points(), cfg.cassandra.port)
     try:
         yield cluster.connect()
     finally:

@@ -121,16 +121,15 @@ def secure_services(cfg: CqrsConfig) -> list[Service]:
 def create_role(cfg: CqrsConfig) -> None:
     """The framework's Cassandra role (a superuser: it creates keyspaces), made once."""
     from cassandra.auth import PlainTextAuthProvider
-    from cassandra.cluster import Cluster
-    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
+
+    from cqrs.cassandra_io import cql_cluster
 
     password = _secrets(cfg)["cassandra_password"]
     if not all(c in "0123456789abcdef" for c in password):  # it goes into CQL as a literal
         raise DevStackError("secrets.json holds a Cassandra password that is not hex; delete "
                             f"{cfg.dev.secure_path} and run `cqrs dev up --secure` again")
-    cluster = Cluster(["127.0.0.1"], port=cfg.dev.secure_cassandra_port,
-                      protocol_version=CQL_PROTOCOL_VERSION,
-                      auth_provider=PlainTextAuthProvider("cassandra", "cassandra"))
+    cluster = cql_cluster(["127.0.0.1"], cfg.dev.secure_cassandra_port,
+                          auth_provider=PlainTextAuthProvider("cassandra", "cassandra"))
     try:
         cluster.connect().execute(
             f"CREATE ROLE IF NOT EXISTS {CASSANDRA_ROLE} WITH PASSWORD = '{password}' "

@@ -392,9 +392,9 @@ def cassandra_healthy(cfg: CqrsConfig, address: str | None = None, port: int | N
                       peers: int = 0, auth: tuple[str, str] | None = None) -> bool:
     """True when the node answers ``SELECT release_version FROM system.local`` and knows at
     least ``peers`` other nodes that are up (default: the configured contact point)."""
-    from cassandra.cluster import Cluster
-    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
     from cassandra.policies import WhiteListRoundRobinPolicy
+
+    from cqrs.cassandra_io import cql_cluster
 
     address = address or cfg.cassandra.contact_points()[0]
     port = port or cfg.cassandra.port
@@ -405,9 +405,8 @@ def cassandra_healthy(cfg: CqrsConfig, address: str | None = None, port: int | N
         from cassandra.auth import PlainTextAuthProvider
 
         extra["auth_provider"] = PlainTextAuthProvider(*auth)
-    cluster = Cluster([address], port=port, connect_timeout=2, control_connection_timeout=2,
-                      protocol_version=CQL_PROTOCOL_VERSION,
-                      load_balancing_policy=WhiteListRoundRobinPolicy([address]), **extra)
+    cluster = cql_cluster([address], port, connect_timeout=2, control_connection_timeout=2,
+                          load_balancing_policy=WhiteListRoundRobinPolicy([address]), **extra)
     try:
         session = cluster.connect()
         row = session.execute("SELECT release_version FROM system.local").one()

@@ -93,13 +93,12 @@ def spark_kafka_pipeline(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
 
 def cassandra_roundtrip(cfg: CqrsConfig, n: int = 1000) -> SmokeResult:
     """Create a keyspace and table, write ``n`` rows concurrently with a prepared statement, read them."""
-    from cassandra.cluster import Cluster
-    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
     from cassandra.concurrent import execute_concurrent_with_args
 
+    from cqrs.cassandra_io import cql_cluster
+
     keyspace = f"cqrs_smoke_{uuid.uuid4().hex[:8]}"
-    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
-                      protocol_version=CQL_PROTOCOL_VERSION)
+    cluster = cql_cluster(cfg.cassandra.contact_points(), cfg.cassandra.port)
     session = cluster.connect()
     started = time.monotonic()
     try:

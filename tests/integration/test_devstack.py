@@ -70,12 +70,10 @@ def test_a_service_that_cannot_start_names_its_log(cqrs_config: CqrsConfig, tmp_
 
 
 def test_nodetool_flushes_the_node_and_sees_its_compactions_end(cqrs_config: CqrsConfig) -> None:
-    from cassandra.cluster import Cluster
-    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
+    from cqrs.cassandra_io import cql_cluster
 
     keyspace = "t_nodetool"
-    cluster = Cluster(cqrs_config.cassandra.contact_points(), port=cqrs_config.cassandra.port,
-                      protocol_version=CQL_PROTOCOL_VERSION)
+    cluster = cql_cluster(cqrs_config.cassandra.contact_points(), cqrs_config.cassandra.port)
     session = cluster.connect()
     try:
         session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "

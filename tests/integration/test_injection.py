@@ -14,11 +14,9 @@ HOSTILE = ["acc'; DROP KEYSPACE cqrs; --", 'acc"); DROP TABLE x; --', "acc' OR '
 
 
 def _keyspaces(cfg: CqrsConfig) -> set[str]:
-    from cassandra.cluster import Cluster
-    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
+    from cqrs.cassandra_io import cql_cluster
 
-    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
-                      protocol_version=CQL_PROTOCOL_VERSION)
+    cluster = cql_cluster(cfg.cassandra.contact_points(), cfg.cassandra.port)
     try:
         return {r.keyspace_name for r in cluster.connect().execute(
             "SELECT keyspace_name FROM system_schema.keyspaces")}

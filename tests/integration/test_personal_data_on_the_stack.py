@@ -76,8 +76,7 @@ class Running:
 
 @pytest.fixture(scope="module")
 def running(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    from cassandra.cluster import Cluster
-    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
+    from cqrs.cassandra_io import cql_cluster
 
     token = uuid.uuid4().hex[:8]
     prefix, keyspace = f"t-pd-{token}-", f"t_pd_{token}"
@@ -88,8 +87,7 @@ def running(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -
         spark={"checkpoint_dir": str(folder / "checkpoints")},
         # a forget by another process shows here within a second
         personal_data={"master_key": master, "key_cache_seconds": 1.0})
-    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
-                      protocol_version=CQL_PROTOCOL_VERSION)
+    cluster = cql_cluster(cfg.cassandra.contact_points(), cfg.cassandra.port)
     session = cluster.connect()
     session.execute(f"CREATE KEYSPACE {keyspace} WITH replication = {cfg.cassandra.replication}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),

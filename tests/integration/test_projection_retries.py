@@ -151,11 +151,9 @@ def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> 
         for proc in s.procs.values():
             stop(proc, signal.SIGTERM)
         store.close()
-        from cassandra.cluster import Cluster
-        from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
+        from cqrs.cassandra_io import cql_cluster
 
-        cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
-                      protocol_version=CQL_PROTOCOL_VERSION)
+        cluster = cql_cluster(cfg.cassandra.contact_points(), cfg.cassandra.port)
         try:
             cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
         finally:

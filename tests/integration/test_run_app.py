@@ -79,8 +79,7 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    from cassandra.cluster import Cluster
-    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
+    from cqrs.cassandra_io import cql_cluster
 
     token = uuid.uuid4().hex[:8]
     prefix, keyspace = f"t-runapp-{token}-", f"t_runapp_{token}"  # read models have no prefix
@@ -90,8 +89,7 @@ def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> 
                                      cassandra={"keyspace": keyspace},
                                      spark={"checkpoint_dir": str(folder / "checkpoints")},
                                      metrics={"port": metrics_port})
-    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
-                      protocol_version=CQL_PROTOCOL_VERSION)
+    cluster = cql_cluster(cfg.cassandra.contact_points(), cfg.cassandra.port)
     session = cluster.connect()
     session.execute(f"CREATE KEYSPACE {keyspace} WITH replication = {cfg.cassandra.replication}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),

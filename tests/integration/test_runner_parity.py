@@ -191,8 +191,7 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    from cassandra.cluster import Cluster
-    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
+    from cqrs.cassandra_io import cql_cluster
 
     token = uuid.uuid4().hex[:8]
     prefix, keyspace = f"t-parity-{token}-", f"t_parity_{token}"
@@ -201,8 +200,7 @@ def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> 
     cfg = cqrs_config.with_overrides(kafka={"topic_prefix": prefix},
                                      cassandra={"keyspace": keyspace},
                                      spark={"checkpoint_dir": str(tmp / "checkpoints")})
-    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
-                      protocol_version=CQL_PROTOCOL_VERSION)
+    cluster = cql_cluster(cfg.cassandra.contact_points(), cfg.cassandra.port)
     session = cluster.connect()
     session.execute(f"CREATE KEYSPACE {keyspace} WITH replication = {cfg.cassandra.replication}")
     topics = topics_for(app.name, prefix)

@@ -25,11 +25,9 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0,
 def table_exists(cfg: Any, table: str) -> bool:
     """Whether ``table`` is in the schema of ``cfg``'s keyspace (read from ``system_schema``,
     so without preparing a statement on a table another process may be creating)."""
-    from cassandra.cluster import Cluster
-    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
+    from cqrs.cassandra_io import cql_cluster
 
-    cluster = Cluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
-                      protocol_version=CQL_PROTOCOL_VERSION)
+    cluster = cql_cluster(cfg.cassandra.contact_points(), cfg.cassandra.port)
     try:
         rows = cluster.connect().execute(
             "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s AND "

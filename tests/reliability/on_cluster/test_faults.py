@@ -551,11 +551,9 @@ def _topic_settings(cfg: CqrsConfig, topic: str) -> tuple[int, str]:
 
 
 def _keyspace_replication(cfg: CqrsConfig) -> dict[str, str]:
-    from cassandra.cluster import Cluster as CassandraCluster
-    from cqrs.cassandra_io import CQL_PROTOCOL_VERSION
+    from cqrs.cassandra_io import cql_cluster
 
-    c = CassandraCluster(cfg.cassandra.contact_points(), port=cfg.cassandra.port,
-                         protocol_version=CQL_PROTOCOL_VERSION)
+    c = cql_cluster(cfg.cassandra.contact_points(), cfg.cassandra.port)
     try:
         row = c.connect().execute("SELECT replication FROM system_schema.keyspaces WHERE "
                                   "keyspace_name = %s", [cfg.cassandra.keyspace]).one()
