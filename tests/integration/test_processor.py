@@ -27,6 +27,7 @@ from cqrs.testing.example import CloseAccount, Deposit, Deposited, Explode, Open
 from cqrs.testing.example_app import app
 from cqrs.topics import ensure_topics, topics_for
 from process_group import stop
+from waiting import micro_batches_begun, wait_for
 
 APP_REF = "cqrs.testing.example_app:app"
 T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
@@ -262,6 +263,8 @@ def test_sigkill_and_restart_keeps_every_invariant(
     for acc in accounts:
         work.send(acc, OpenAccount(acc))
     work.producer.flush(30)
+    checkpoints = Path(work.checkpoint)
+    begun = micro_batches_begun(checkpoints)
     proc = start()
     kills = 0
     sent: list[tuple[str, object, str]] = []
@@ -275,10 +278,16 @@ def test_sigkill_and_restart_keeps_every_invariant(
                     again_acc, again_command, again_id = rng.choice(sent)
                     work.send(again_acc, again_command, command_id=again_id)
             work.producer.flush(30)
-            time.sleep(rng.uniform(12, 25))  # sometimes mid-batch, sometimes between batches
+            # the (re)started processor at work (its start takes 5-20 s, by the machine's load),
+            # then the kill at a random moment of the ~530 commands' batches of 200: sometimes
+            # mid-batch, sometimes between batches
+            wait_for("the processor to begin a micro-batch",
+                     lambda since=begun: micro_batches_begun(checkpoints) > since, timeout=180)
+            time.sleep(rng.uniform(0, 6))
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             kills += 1
+            begun = micro_batches_begun(checkpoints)
             proc = start()
         work.send("acc-0", CloseAccount())
         work.producer.flush(30)

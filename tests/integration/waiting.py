@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-__all__ = ["table_exists", "wait_for"]
+__all__ = ["micro_batches_begun", "table_exists", "wait_for"]
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0,
@@ -35,3 +36,11 @@ def table_exists(cfg: Any, table: str) -> bool:
         return bool(list(rows))
     finally:
         cluster.shutdown()
+
+
+def micro_batches_begun(checkpoints: Path) -> int:
+    """How many micro-batches the streaming queries checkpointed under ``checkpoints`` have
+    begun: Spark writes ``<query checkpoint>/offsets/<batch>`` as a batch starts (a restarted
+    query re-runs its unfinished batch under the same file). With it a test waits until a job it
+    started has begun work, where a fixed sleep would guess how long its start takes."""
+    return sum(1 for path in checkpoints.glob("**/offsets/*") if path.name.isdigit())
