@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -77,6 +76,28 @@ def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> 
     finally:
         s.client.close()
         s.jobs.stop_all()
+
+
+def _ends(s: Stack, topic: str) -> dict[int, int]:
+    """The next offset of each partition of ``topic`` that has records."""
+    ends: dict[int, int] = {}
+    for r in read_to_end(s.cfg, [topic]):
+        ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
+    return ends
+
+
+def _command_ids(s: Stack, after: dict[int, int]) -> Counter[str]:
+    """The command ids of the commands topic's records at or past ``after``, counted."""
+    return Counter(from_kafka(r.key, r.value, r.headers)[0].command_id
+                   for r in read_to_end(s.cfg, [s.topics.commands])
+                   if r.offset >= after.get(r.partition, 0))
+
+
+def _answered_ids(s: Stack, after: dict[int, int]) -> Counter[str]:
+    """The command ids the results topic answered at or past ``after`` (results are keyed by
+    command id), counted."""
+    return Counter((r.key or b"").decode() for r in read_to_end(s.cfg, [s.topics.results])
+                   if r.offset >= after.get(r.partition, 0))
 
 
 def _loan_effects(s: Stack, member: str) -> Counter[str]:
@@ -167,12 +188,17 @@ def test_a_killed_then_replayed_process_manager_adds_no_second_effect(stack: Sta
     # replay the whole log: every command is sent again and recognised; nothing changes
     s.jobs.kill("lending", signal.SIGTERM)
     log_size = len(s.events())
+    commands_before, results_before = _ends(s, s.topics.commands), _ends(s, s.topics.results)
     proc = s.jobs.run("lending-replay", "run", "process-manager", APP_REF, "lending", "--replay",
                       "--available-now")
     assert proc.wait(600) == 0, s.jobs.log("lending-replay")
     assert "commands=" in s.jobs.log("lending-replay")
     s.start_pm("lending")
-    time.sleep(10)  # let the processor answer whatever the replay sent
+    resent = _command_ids(s, commands_before)
+    assert resent, "the replay sent no command"
+    wait_for("the processor to answer every command the replay sent",  # each once more
+             lambda: not resent - _answered_ids(s, results_before), timeout=120,
+             log=lambda: s.jobs.log("processor"))
     after = _loan_effects(s, "bob")
     assert after == before, (before, after)
     assert len(s.events()) == log_size
