@@ -2,10 +2,11 @@
 
 - a plain block runs here, without services;
 - a ```python live block needs the real stack: ``test_live_doc_examples_run`` (marked
-  ``integration``) runs the whole file, live blocks included, in a fresh process with command
-  processors running for the apps the docs use (``cqrs.testing.example_app:app`` and
-  ``domain_examples.bank:app``) on topics and checkpoints of its own. A page's live blocks
-  define what they use (``cfg = load_config()`` first), so they run as copied.
+  ``integration``) runs the whole file, live blocks included, in a fresh process (one for all
+  such files, each in a namespace of its own) with command processors running for the apps
+  the docs use (``cqrs.testing.example_app:app`` and ``domain_examples.bank:app``) on topics
+  and checkpoints of its own. A page's live blocks define what they use (``cfg =
+  load_config()`` first), so they run as copied.
 """
 
 from __future__ import annotations
@@ -64,14 +65,19 @@ def test_doc_examples_run(path: Path) -> None:
         del sys.modules[module.__name__]
 
 
+# The live pages, one after the other in one process, each in a namespace (module) of its own
+# as if it ran alone: they pay for one Python start-up, one import of the framework and one Spark
+# JVM (a page's spark.stop() ends its SparkContext; the next page's session starts on the same
+# JVM), as tests/integration/bench_driver.py does for the bench scripts. A failing page is named
+# by its traceback (``<page>:<line>``).
 _RUNNER = """
 import json, sys, types
-path, blocks = sys.argv[1], json.load(sys.stdin)
-module = types.ModuleType("docs_live")
-sys.modules["docs_live"] = module
-for line, code in blocks:
-    exec(compile(code, f"{path}:{line}", "exec"), module.__dict__)
-print("ran", len(blocks), "blocks")
+for n, (path, blocks) in enumerate(json.load(sys.stdin)):
+    module = types.ModuleType(f"docs_live_{n}")
+    sys.modules[module.__name__] = module
+    for line, code in blocks:
+        exec(compile(code, f"{path}:{line}", "exec"), module.__dict__)
+    print("ran", len(blocks), "blocks of", path, flush=True)
 """
 
 
@@ -93,12 +99,12 @@ def test_live_doc_examples_run(cqrs_config: Any, spark: Any, unique_name: str, t
         pages = sorted((p for p in DOC_FILES if _has_live_blocks(p)),
                        key=lambda p: (p.name != "client.md", p.name))
         assert pages, "no live examples found"
-        for path in pages:
-            done = subprocess.run(
-                [sys.executable, "-c", _RUNNER, str(path)],
-                input=json.dumps(_blocks(path, live=True)), capture_output=True, text=True,
-                timeout=600, env=env, cwd=ROOT)
-            assert done.returncode == 0, f"{path.name}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+        done = subprocess.run(
+            [sys.executable, "-c", _RUNNER],
+            input=json.dumps([(str(path), _blocks(path, live=True)) for path in pages]),
+            capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+        assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+        assert done.stdout.count("ran ") == len(pages), done.stdout[-3000:]
     finally:
         for q in queries:
             q.stop()
