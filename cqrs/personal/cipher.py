@@ -38,8 +38,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from cqrs.errors import KeyStoreError, TamperedDataError
 
-__all__ = ["KEY_ID_BYTES", "SEALED_PREFIX", "SEALED_PREFIXES", "MasterKey", "Sealed", "SubjectKey",
-           "open_sealed", "open_text", "parse_sealed", "seal_text"]
+__all__ = ["KEY_ID_BYTES", "SEALED_PREFIX", "SEALED_PREFIXES", "MasterKey", "OpenedText", "Sealed",
+           "SubjectKey", "open_sealed", "open_text", "parse_sealed", "seal_text"]
 
 SEALED_PREFIX = "cqrs-pd2:"
 """How every sealed field value written now starts (format version 2)."""
@@ -115,6 +115,32 @@ class Sealed:
         self.key_id = key_id
         self.blob = blob
         self.version = version
+
+
+class OpenedText(str):
+    """A personal value as it was opened: a ``str`` equal to the plain value, that remembers
+    the sealed text it came from and the data subject and field name that text is bound to.
+
+    Written again for the same subject under the same field name (the event a handler makes
+    from a state's value, the state written back after a command), it is that sealed text as
+    it is: no key is looked up and nothing is encrypted (sealing is deterministic: it is the
+    text sealing the value again would give). And a value of a subject forgotten since it was
+    opened is written as its old text, which no longer opens: it is never sealed again under
+    a new key. Anywhere else (another subject, another field) it is a plain ``str`` and is
+    sealed as one."""
+
+    # a str subclass cannot have __slots__: the three attributes live in its __dict__
+    sealed: str
+    subject: str
+    field: str
+
+    def __new__(cls, plain: str, sealed: str, subject: str, field: str) -> OpenedText:
+        self = super().__new__(cls, plain)
+        self.sealed, self.subject, self.field = sealed, subject, field
+        return self
+
+    def __getnewargs__(self) -> tuple[str, str, str, str]:  # type: ignore[override]
+        return str(self), self.sealed, self.subject, self.field
 
 
 def _aad(key_id: bytes, subject: str, field: str) -> bytes:
@@ -217,18 +243,21 @@ def open_text(key: SubjectKey, sealed: Sealed, subject: str, type_name: str, fie
 def open_sealed(key: SubjectKey, sealed: Sealed, text: str, subject: str, type_name: str,
                 field: str) -> str:
     """:func:`open_text` of the sealed ``text`` (``sealed``, parsed). A format-2 value (bound to
-    subject and field only) is remembered by the key both ways: opening it again costs a dict
+    subject and field only) opens as an :class:`OpenedText` (written again as ``text`` for this
+    subject and field), and is remembered by the key both ways: opening it again costs a dict
     look-up, and so does sealing the plain value again, which gives ``text`` (sealing is
     deterministic): a state read from its row and written back after a command, and the events
     that copy its values, encrypt nothing."""
+    if sealed.version != 2:
+        return open_text(key, sealed, subject, type_name, field)
     memo = key._sealed  # noqa: SLF001 - the key's own
-    plain = memo.get(text) if sealed.version == 2 else None
-    if plain is None:
-        plain = open_text(key, sealed, subject, type_name, field)
-        if sealed.version == 2:
-            remember(memo, text, plain)
-            remember(memo, (plain, field, subject), text)  # seal_text's own entry
-    return plain  # type: ignore[no-any-return]
+    opened = memo.get(text)
+    if type(opened) is not OpenedText or opened.field != field or opened.subject != subject:
+        opened = OpenedText(open_text(key, sealed, subject, type_name, field), text, subject,
+                            field)
+        remember(memo, text, opened)
+        remember(memo, (opened, field, subject), text)  # seal_text's own entry
+    return opened
 
 
 class MasterKey:

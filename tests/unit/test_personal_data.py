@@ -22,7 +22,7 @@ from cqrs.errors import (
     TamperedDataError,
 )
 from cqrs.personal import SEALED_PREFIX, KeyCache, MasterKey, MemoryKeyStore, SubjectKey
-from cqrs.personal.cipher import open_text, parse_sealed, seal_text
+from cqrs.personal.cipher import OpenedText, open_sealed, open_text, parse_sealed, seal_text
 from cqrs.testing.key_stores import KeyStoreContract
 
 # ---- a small model with personal data ----------------------------------------------------------
@@ -245,6 +245,10 @@ def test_a_sealed_text_opens_only_where_it_was_written(where: tuple[str, str, st
         open_text(key, sealed, *where)
     # the message type is not bound: the person's e-mail is the same text in every message
     assert open_text(key, sealed, "c-1", "shop.Other", "email") == "x"
+    # nor once the key remembers the text as opened where it was written
+    assert open_sealed(key, sealed, text, "c-1", "shop.Other", "email") == "x"
+    with pytest.raises(TamperedDataError, match="does not authenticate"):
+        open_sealed(key, sealed, text, *where)
 
 
 def test_format_1_values_still_open_bound_to_their_message_type() -> None:
@@ -749,6 +753,52 @@ def test_a_message_decoded_is_encoded_again_from_the_keys_memo(
     monkeypatch.setattr(fields, "seal_text", lambda *a: pytest.fail("sealed field by field"))
     assert codec.encode(opened) == data
     assert codec.encode(attrs.evolve(opened, plan="gold")) != data  # same person, same texts
+
+
+def test_an_opened_value_is_written_again_as_its_sealed_text_with_no_key_asked_for(
+        codec: Codec, keys: MemoryKeyStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # what a handler copies from a state into an event, and the state written back after a
+    # command: the text it was read from. Even after the subject was forgotten: that text no
+    # longer opens, and a value held in memory is never sealed again under a new key
+    data = codec.encode(ANN)
+    opened = codec.decode(data)
+    assert type(opened.email) is OpenedText and opened.email == "ann@example.com"
+    assert opened.email.sealed in data.decode("latin-1")
+    state_bytes = codec.encode(Customer("c-1", opened.email, "gold"))
+    assert keys.forget("c-1")
+    with monkeypatch.context() as m:
+        for method in ("get_many", "get_or_create_many"):
+            m.setattr(keys, method, lambda *a: pytest.fail("a key was asked for"))
+        assert codec.encode(opened) == data
+        assert codec.encode(Customer("c-1", opened.email, "gold")) == state_bytes
+        # a new value beside it is sealed (a new key); the opened one keeps its text
+        mixed = attrs.evolve(opened, nickname="nan")
+        m.undo()
+        mixed_bytes = codec.encode(mixed)
+    assert opened.email.sealed in mixed_bytes.decode("latin-1")
+    assert codec.decode(state_bytes) == Customer("c-1", FORGOTTEN, "gold")
+    assert codec.decode(mixed_bytes) == attrs.evolve(ANN, email=FORGOTTEN, nickname="nan")
+
+
+def test_an_opened_value_copied_to_another_subject_or_field_is_sealed_there() -> None:
+    keys = MemoryKeyStore()
+    codec = make_app().codec_for(InMemorySchemaStore(), key_store=KeyCache(keys))
+    opened = codec.decode(codec.encode(ANN))
+    copied = CustomerRegistered("c-2", opened.email, opened.email)  # Bob's, and a nickname
+    data = codec.encode(copied)
+    assert opened.email.sealed not in data.decode("latin-1")
+    keys.forget("c-1")
+    assert codec.decode(data) == CustomerRegistered("c-2", "ann@example.com", "ann@example.com")
+
+
+def test_an_opened_value_pickles_and_copies_with_its_sealed_text(codec: Codec) -> None:
+    import copy
+    import pickle
+
+    email = codec.decode(codec.encode(ANN)).email
+    for again in (pickle.loads(pickle.dumps(email)), copy.deepcopy(email), copy.copy(email)):
+        assert type(again) is OpenedText and again == email
+        assert (again.sealed, again.subject, again.field) == (email.sealed, "c-1", "email")
 
 
 class _TableSession:
