@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ import attrs
 import pytest
 
 from cqrs.config import CqrsConfig
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).resolve().with_name("bench_driver.py")
@@ -59,12 +59,6 @@ class Smoke:
     args: tuple[str, ...]
     shows: tuple[str, ...]  # each must appear in what the script printed
     writes: tuple[str, ...] = ()  # glob patterns of files it must leave in the results folder
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _in_process_lane(results: Path) -> list[Smoke]:
@@ -111,12 +105,12 @@ def _app_lane(results: Path) -> list[Smoke]:
         Smoke("bench/client.py", ("--clients", "1", "--round-trips", "2", "--modes", "routed"),
               ("RESULT clients=1 mode=routed round_trips=2",)),
         Smoke("bench/app_latency.py",
-              ("--rate", "4", "--seconds", "1", "--aggregates", "2", "--port", str(_free_port()),
+              ("--rate", "4", "--seconds", "1", "--aggregates", "2", "--port", str(free_port()),
                "--results-dir", out),
               ("round trips: p50",), ("app-latency-*.json",)),
         Smoke("bench/conversations.py",
               ("--rates", "0", "--count", "2", "--singles", "2", "--warm-up", "0",
-               "--port", str(_free_port()), "--img", str(results / "conversations.png"),
+               "--port", str(free_port()), "--img", str(results / "conversations.png"),
                "--results-dir", out),
               ("'label': 'one command'", "'label': 'conversation, one at a time', 'rate': 0.0",
                "'n': 2"),

@@ -10,7 +10,6 @@ import asyncio
 import collections
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from cqrs.processor.workers import ProcessorOptions
 from cqrs.testing.example import Deposit, OpenAccount, Withdraw
 from cqrs.testing.example_app import app
 from cqrs.topics import AppTopics, topics_for
+from ports import free_port
 
 APP_REF = "cqrs.testing.example_app:app"
 WAIT = 120.0  # generous: the processor's micro-batches take seconds on a shared 2-core box
@@ -202,17 +202,11 @@ def test_cli_send_round_trip_and_errors(running: Running) -> None:
 # ---- HTTP ------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(running: Running, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     import httpx
 
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with log.open("w") as sink:
         proc = subprocess.Popen(

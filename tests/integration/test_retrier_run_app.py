@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,12 +22,7 @@ APPS = Path(__file__).parent / "apps"
 sys.path.insert(0, str(APPS))
 import flaky_app  # noqa: E402
 from process_group import stop
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from ports import free_port
 
 
 def _status(url: str) -> dict[str, Any] | None:
@@ -45,7 +39,7 @@ def test_run_app_runs_the_retrier_beside_the_processor(cqrs_config: CqrsConfig,
     cfg = cqrs_config.with_overrides(kafka={"topic_prefix": prefix})
     topics = topics_for(flaky_app.app.name, prefix)
     ensure_topics(cfg, topics)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(APPS), *sys.path]),
            "CQRS_KAFKA_TOPIC_PREFIX": prefix, "CQRS_KAFKA_BOOTSTRAP": cfg.kafka.bootstrap_servers,
            "CQRS_SPARK_CHECKPOINT_DIR": str(tmp_path / "ck"), "CQRS_METRICS_PORT": str(port),

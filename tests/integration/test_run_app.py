@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cqrs.client import CommandClient
 from cqrs.config import CqrsConfig
 from domain_examples.bank import DEMO_CRASHING_OWNERS, AuditAccount, Deposit, OpenAccount, app
+from ports import free_port
 
 APP_REF = "domain_examples.bank:app"
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,12 +37,6 @@ DOCS_SCREENSHOT = ROOT / "docs" / "img" / "status-page.png"
 START_WAIT = 300.0  # a Spark driver and two queries on a shared 2-core box
 WAIT = 120.0
 T = TypeVar("T")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> bytes:
@@ -84,7 +78,7 @@ def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> 
     token = uuid.uuid4().hex[:8]
     prefix, keyspace = f"t-runapp-{token}-", f"t_runapp_{token}"  # read models have no prefix
     folder = tmp_path_factory.mktemp("run_app")
-    metrics_port, http_port = _free_port(), _free_port()
+    metrics_port, http_port = free_port(), free_port()
     cfg = cqrs_config.with_overrides(kafka={"topic_prefix": prefix},
                                      cassandra={"keyspace": keyspace},
                                      spark={"checkpoint_dir": str(folder / "checkpoints")},

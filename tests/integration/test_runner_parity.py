@@ -19,7 +19,6 @@ import datetime as dt
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -49,6 +48,7 @@ APPS = Path(__file__).parent / "apps"
 sys.path.insert(0, str(APPS))
 import flaky_app  # noqa: E402
 import parity_app  # noqa: E402
+from ports import free_port  # noqa: E402
 from parity_app import app  # noqa: E402
 
 APP_REF = "parity_app:app"
@@ -171,12 +171,6 @@ def run_on_runner(ops: list[Op], start: dt.datetime, partitions: int) -> tuple[O
                    read_models_of(runner.read_model())), Steps(times, answered)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @attrs.frozen
 class Stack:
     cfg: CqrsConfig
@@ -196,7 +190,7 @@ def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> 
     token = uuid.uuid4().hex[:8]
     prefix, keyspace = f"t-parity-{token}-", f"t_parity_{token}"
     tmp = tmp_path_factory.mktemp("parity")
-    port = _free_port()
+    port = free_port()
     cfg = cqrs_config.with_overrides(kafka={"topic_prefix": prefix},
                                      cassandra={"keyspace": keyspace},
                                      spark={"checkpoint_dir": str(tmp / "checkpoints")})

@@ -41,7 +41,6 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -82,6 +81,7 @@ from domain_examples.bank import (
     app,
 )
 from process_group import stop
+from ports import free_port
 from projections import SqliteStore
 from projections.local import LocalProjector
 from projections.model import projections_of
@@ -243,12 +243,6 @@ class Pipeline:
         return [r for r in read_to_end(self.cfg, [topic]) if r.key in keys]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def pipeline(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
     from cqrs.cassandra_io import CassandraSession
@@ -256,7 +250,7 @@ def pipeline(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) 
     token = uuid.uuid4().hex[:8]
     prefix, keyspace = f"t-model-{token}-", f"t_model_{token}"
     folder = tmp_path_factory.mktemp("model")
-    port = _free_port()
+    port = free_port()
     cfg = cqrs_config.with_overrides(kafka={"topic_prefix": prefix},
                                      cassandra={"keyspace": keyspace},
                                      spark={"checkpoint_dir": str(folder / "checkpoints")},
