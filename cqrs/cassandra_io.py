@@ -18,9 +18,9 @@ from typing import Any
 from cqrs.config import CassandraSettings
 from cqrs.errors import CqrsError
 
-__all__ = ["CQL_PROTOCOL_VERSION", "MAX_BATCH_BYTES", "CassandraSession", "CassandraUnavailableError", "InvalidIdentifierError",
-           "consistency_level", "cql_bigint", "cql_cluster", "cql_boolean", "cql_int", "identifier", "quote",
-           "replication_map"]
+__all__ = ["CQL_PROTOCOL_VERSION", "MAX_BATCH_BYTES", "CassandraSession", "CassandraUnavailableError",
+           "InvalidIdentifierError", "consistency_level", "cql_bigint", "cql_boolean", "cql_cluster",
+           "cql_int", "identifier", "quote", "replication_map"]
 
 CQL_PROTOCOL_VERSION = 4
 """The native protocol every connection of the framework (and of its tests) asks for. Version 5
@@ -28,6 +28,7 @@ wraps every frame in checksummed segments, which the driver builds and checks in
 state row cost ~25 % more CPU to write, ~50 % more to read; and a connection the driver opens
 with it now and then fails at once with "CRC mismatch on header" (a driver issue, PYTHON-1337;
 seen in CI while a test polled the schema)."""
+
 
 def cql_cluster(contact_points: Sequence[str], port: int, **options: Any) -> Any:
     """A cassandra-driver ``Cluster`` of ``contact_points`` that asks for

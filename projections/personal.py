@@ -30,7 +30,7 @@ import attrs
 from cqrs.domain.messages import type_name
 from cqrs.domain.personal import FORGOTTEN, personal_fields
 from cqrs.errors import MissingKeyStoreError
-from cqrs.personal.cipher import OpenedText, open_sealed, parse_sealed, seal_text
+from cqrs.personal.cipher import open_sealed, parse_sealed, seal_text, sealed_as
 from cqrs.personal.keys import KeyStore
 from projections.errors import PersonalColumnError, PersonalDataCopiedError
 from projections.model import CategoryProjection, Projection, projections_of
@@ -107,11 +107,8 @@ class _Columns:
                     f"{column!r} has a value but its subject column "
                     f"{self.columns[column]!r} is {subject!r}: set the subject's id in the same "
                     "handler that sets the personal value (there is no key to seal it with)")
-            if type(value) is OpenedText and value.field == column and value.subject == subject:
-                changes[column] = value.sealed  # an event's value, as it was sealed there
-                continue
-            key_ = self._keys().get_or_create(subject)
-            changes[column] = seal_text(key_, value, subject, column)
+            changes[column] = sealed_as(value, subject, column) or seal_text(
+                self._keys().get_or_create(subject), value, subject, column)
         return {**values, **changes} if changes else values
 
     def open(self, key: str, values: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cqrs.errors import KeyStoreError, TamperedDataError
 
 __all__ = ["KEY_ID_BYTES", "SEALED_PREFIX", "SEALED_PREFIXES", "MasterKey", "OpenedText", "Sealed",
-           "SubjectKey", "open_sealed", "open_text", "parse_sealed", "seal_text"]
+           "SubjectKey", "open_sealed", "open_text", "parse_sealed", "seal_text", "sealed_as"]
 
 SEALED_PREFIX = "cqrs-pd2:"
 """How every sealed field value written now starts (format version 2)."""
@@ -141,6 +141,14 @@ class OpenedText(str):
 
     def __getnewargs__(self) -> tuple[str, str, str, str]:  # type: ignore[override]
         return str(self), self.sealed, self.subject, self.field
+
+
+def sealed_as(value: Any, subject: Any, field: str) -> str | None:
+    """The sealed text ``value`` is written as for ``subject``'s ``field`` when it is an
+    :class:`OpenedText` opened there (see its doc), else None: seal it as any other ``str``."""
+    if type(value) is OpenedText and value.field == field and value.subject == subject:
+        return value.sealed
+    return None
 
 
 def _aad(key_id: bytes, subject: str, field: str) -> bytes:

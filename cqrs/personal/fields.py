@@ -17,7 +17,7 @@ import attrs
 
 from cqrs.domain.personal import PersonalFields
 from cqrs.errors import EncodeError, MissingKeyStoreError, TamperedDataError
-from cqrs.personal.cipher import OpenedText, open_sealed, parse_sealed, remember, seal_text
+from cqrs.personal.cipher import OpenedText, open_sealed, parse_sealed, remember, seal_text, sealed_as
 from cqrs.personal.keys import KeyCache, KeyStore
 
 __all__ = ["FieldSealer"]
@@ -152,7 +152,7 @@ class FieldSealer:
         for name, value, replacement in zip(self.names, values, self._replacements):
             if not value or value == replacement:
                 continue
-            if type(value) is OpenedText and value.field == name and value.subject == subject:
+            if sealed_as(value, subject, name) is not None:
                 opened = True  # written as its sealed text (see OpenedText)
                 continue
             if not isinstance(value, str):
@@ -163,8 +163,8 @@ class FieldSealer:
             plain = True
         if not plain:
             return None if not opened else tuple(
-                value.sealed if type(value) is OpenedText and value.field == name and
-                value.subject == subject else value for name, value in zip(self.names, values))
+                sealed_as(value, subject, name) or value
+                for name, value in zip(self.names, values))
         subject = self._subject(obj)
         key = (self.key_store if self.key_store is not None
                else self._keys()).get_or_create(subject)
@@ -179,9 +179,7 @@ class FieldSealer:
         if found is not None:
             return found  # type: ignore[no-any-return]
         out = tuple(value if not value or value == replacement
-                    else value.sealed if type(value) is OpenedText and value.field == name and
-                    value.subject == subject
-                    else seal_text(key, value, subject, name)
+                    else sealed_as(value, subject, name) or seal_text(key, value, subject, name)
                     for name, value, replacement in zip(self.names, values, self._replacements))
         if wanted is not None:
             remember(memo, wanted, out)

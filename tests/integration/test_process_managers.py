@@ -22,7 +22,7 @@ import pytest
 from cqrs.client import CommandClient, StateReader
 from cqrs.config import CqrsConfig
 from cqrs.envelope import from_kafka
-from cqrs.kafka_io import read_to_end
+from cqrs.kafka_io import read_to_end, watermarks
 from cqrs.topics import AppTopics, ensure_topics, topics_for
 from domain_examples.lending import (
     MAX_LOANS, AddBook, BookLent, LoanCancelled, RegisterMember, RequestLoan, ReturnBook, app,
@@ -79,11 +79,8 @@ def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def _ends(s: Stack, topic: str) -> dict[int, int]:
-    """The next offset of each partition of ``topic`` that has records."""
-    ends: dict[int, int] = {}
-    for r in read_to_end(s.cfg, [topic]):
-        ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
-    return ends
+    """The next offset of each partition of ``topic``."""
+    return {p: high for p, (_, high) in watermarks(s.cfg, topic).items()}
 
 
 def _command_ids(s: Stack, after: dict[int, int]) -> Counter[str]:
