@@ -51,24 +51,30 @@ class Guard:
     """What a loop of decisions (e.g. a projection's handlers over a batch of events) calls
     before each item: :meth:`enter` notes the item in ``watch``, and fails an item that ran
     past the budget before (``timed_out``, by ``key(item)``) at once, with
-    :class:`~cqrs.errors.DecisionTimeoutError`, instead of running it again. ``cancelled`` is
-    set when the caller abandoned the call: it must then write nothing."""
+    :class:`~cqrs.errors.DecisionTimeoutError`, instead of running it again; ``describe(item)``
+    names the item in that error (called only then: :meth:`enter` runs once per event of a
+    rebuild). ``cancelled`` is set when the caller abandoned the call: it must then write
+    nothing."""
 
-    def __init__(self, timed_out: Mapping[Hashable, float], key: Callable[[Any], Hashable]) -> None:
+    __slots__ = ("cancelled", "describe", "key", "timed_out", "watch")
+
+    def __init__(self, timed_out: Mapping[Hashable, float], key: Callable[[Any], Hashable],
+                 describe: Callable[[Any], str]) -> None:
         self.watch = Watch()
         self.timed_out = timed_out
         self.key = key
+        self.describe = describe
         self.cancelled = threading.Event()
 
-    def enter(self, item: Any, what: str) -> None:
+    def enter(self, item: Any) -> None:
         self.watch.start(item)
         if self.timed_out:
             seconds = self.timed_out.get(self.key(item))
             if seconds is not None:
                 raise DecisionTimeoutError(
-                    f"{what} ran over {seconds:.1f} s, past the budget ([processor] "
-                    "decision_budget_s): it was abandoned; make it faster, or move slow work "
-                    "out of it")
+                    f"{self.describe(item)} ran over {seconds:.1f} s, past the budget "
+                    "([processor] decision_budget_s): it was abandoned; make it faster, or "
+                    "move slow work out of it")
 
     def check_not_cancelled(self) -> None:
         """Raise when the caller gave up on this call (it must write nothing then)."""

@@ -109,8 +109,14 @@ def apply_within_budget(runner: BudgetedThread, budget_s: float, store: Projecti
     if budget_s <= 0:
         return apply_batch(store, target, records, decode, dead_letter)
     timed_out: dict[tuple[int, int], float] = {}
+    handlers = f"{type(target.projection).__name__}'s handler"
+
+    def describe(rec: EventRecord) -> str:
+        return (f"{handlers} of {rec.message_type} version {rec.version} of "
+                f"{rec.aggregate_id[:80]!r}")
+
     while True:
-        guard = Guard(timed_out, lambda rec: (rec.partition, rec.offset))
+        guard = Guard(timed_out, lambda rec: (rec.partition, rec.offset), describe)
         done, value = runner.call(
             lambda g=guard: apply_batch(store, target, records, decode, dead_letter, guard=g),
             guard.watch, budget_s, guard.cancelled.set)

@@ -111,6 +111,8 @@ class CategoryTrail:
 
     def moved(self, values: dict[str, Any] | None, version: int) -> None:
         """Record the item's place after the event ``version`` (``values`` None: deleted)."""
+        if self.category is None:  # once per event folded: nothing to record
+            return
         now, self.order = self._place(values)
         if self.at is not None and now != self.at:
             self.left[self.at] = version
@@ -195,8 +197,7 @@ def fold_aggregate(projection: Projection, aggregate_id: str, stored: StoredView
                          rec.timestamp, rec.partition, rec.offset)
         try:
             if guard is not None:
-                guard.enter(rec, f"{type(projection).__name__}'s handler of {rec.message_type} "
-                                 f"version {rec.version} of {aggregate_id[:80]!r}")
+                guard.enter(rec)
             event = decode(rec.value)
             result = handler(work, event, meta)
             if result is not DELETE:

@@ -262,14 +262,17 @@ class Projection:
 
     def handler_for(self, message_type: str) -> Callable[[dict[str, Any], Any, EventMeta], Any] | None:
         """The handler of an event type as ``f(view, event, meta)``, or None if ignored."""
+        try:  # once per event folded: one attribute and one dict read when known
+            return self.__dict__["_bound"][message_type]  # type: ignore[no-any-return]
+        except KeyError:
+            pass
         cache = self.__dict__.setdefault("_bound", {})
-        if message_type not in cache:
-            method = self.handlers.get(message_type)
-            fn = getattr(self, method) if method is not None else None
-            if fn is not None and method not in self.takes_meta:
-                fn = (lambda f: lambda view, event, meta: f(view, event))(fn)
-            cache[message_type] = fn
-        return cache[message_type]
+        method = self.handlers.get(message_type)
+        fn = getattr(self, method) if method is not None else None
+        if fn is not None and method not in self.takes_meta:
+            fn = (lambda f: lambda view, event, meta: f(view, event))(fn)
+        cache[message_type] = fn
+        return fn
 
 
 class CategoryProjection(Projection):

@@ -24,7 +24,7 @@ the last version applied per source aggregate (what makes their replays change n
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 import attrs
 
@@ -65,9 +65,11 @@ def forget_timestamp(version: int) -> int:
     return 4 * version + 3
 
 
-@attrs.frozen(slots=True)
-class EventRecord:
-    """One event as the projector reads it from the events topic (payload still encoded)."""
+class EventRecord(NamedTuple):
+    """One event as the projector reads it from the events topic (payload still encoded).
+
+    A named tuple, not an attrs class: a rebuild makes one per event read, and a frozen attrs
+    class took ~0.7 µs to build against ~0.27 µs for this."""
 
     aggregate_id: str
     aggregate_type: str
@@ -94,13 +96,23 @@ def event_record_or_none(key: bytes | None, value: bytes | None,
                          offset: int = -1) -> EventRecord | None:
     """:func:`event_record`, or None for a record that is not an event's (no key or no
     version header: the projector's Spark path filters those out the same way)."""
-    h = dict(headers)
-    version = h.get("cqrs.version")
-    if not key or version is None:
+    if not key:
         return None
-    return EventRecord(key.decode(), (h.get("cqrs.aggregate_type") or b"").decode(),
-                       (h.get("cqrs.message_type") or b"").decode(), int(version), value or b"",
-                       (h.get("cqrs.timestamp") or b"").decode(), partition, offset)
+    version = aggregate_type = message_type = timestamp = None
+    for name, data in headers:  # one pass, no dict: this runs once per event a rebuild reads
+        if name == "cqrs.version":
+            version = data
+        elif name == "cqrs.message_type":
+            message_type = data
+        elif name == "cqrs.aggregate_type":
+            aggregate_type = data
+        elif name == "cqrs.timestamp":
+            timestamp = data
+    if version is None:
+        return None
+    return EventRecord(key.decode(), aggregate_type.decode() if aggregate_type else "",
+                       message_type.decode() if message_type else "", int(version), value or b"",
+                       timestamp.decode() if timestamp else "", partition, offset)
 
 
 @attrs.frozen(slots=True)

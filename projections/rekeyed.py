@@ -100,8 +100,7 @@ def fold_view(projection: RekeyedProjection, key: str, stored: StoredView | None
         work = dict(values) if values is not None else projection.new_view()
         try:
             if guard is not None:
-                guard.enter(rec, f"{type(projection).__name__}'s handler of {rec.message_type} "
-                                 f"version {rec.version} of {rec.aggregate_id[:80]!r}")
+                guard.enter(rec)
             result = handler(work, event, _meta(rec))
             if result is not DELETE:
                 trail.check(work)

@@ -91,6 +91,7 @@ def check_subject(subject: object, cls: type) -> str | None:
 
 _CACHE: dict[type, PersonalFields | None] = {}
 _LOCK = threading.Lock()
+_UNKNOWN = object()
 
 
 def personal_fields(cls: type) -> PersonalFields | None:
@@ -101,9 +102,9 @@ def personal_fields(cls: type) -> PersonalFields | None:
     personal itself, a personal field that is not ``str`` / ``str | None``, or a personal
     field in a value nested in ``cls`` (only top-level fields are encrypted).
     """
-    with _LOCK:
-        if cls in _CACHE:
-            return _CACHE[cls]
+    found = _CACHE.get(cls, _UNKNOWN)  # one dict read: it runs once per event folded
+    if found is not _UNKNOWN:
+        return found  # type: ignore[return-value]
     found = _declaration(cls)
     with _LOCK:
         _CACHE[cls] = found

@@ -111,9 +111,8 @@ def test_a_projection_handler_past_the_budget_parks_its_view_alone() -> None:
     records = records_for(slow_bank, [("a", AccountOpened("ann")), ("b", AccountOpened("bob")),
                                       ("a", Deposited(5)), ("b", Deposited(666)), ("a", Deposited(7)),
                                       ("b", Deposited(1))])
-    for n, rec in enumerate(records):  # distinct positions, as records read from a topic have
-        object.__setattr__(rec, "partition", 0)
-        object.__setattr__(rec, "offset", n)
+    # distinct positions, as records read from a topic have
+    records = [rec._replace(partition=0, offset=n) for n, rec in enumerate(records)]
     letters: list = []
     runner = BudgetedThread("t-projecting")
     started = time.monotonic()
