@@ -226,7 +226,7 @@ def test_sigterm_stops_the_processor_between_micro_batches(
         deadline = time.monotonic() + 180
         while opened not in work.results():
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(1)
+            time.sleep(0.25)
         for n in range(3000):  # a burst: a batch serves it when the signal comes
             work.send("acc-1", Deposit(1 + n % 9))
         work.producer.flush(30)
@@ -295,7 +295,7 @@ def test_sigkill_and_restart_keeps_every_invariant(
         while time.monotonic() < deadline:
             if set(work.results()) >= set(work.sent):
                 break
-            time.sleep(1)
+            time.sleep(0.5)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -223,7 +223,7 @@ def test_read_rebuild_and_continue_on_the_rebuilt_state(
         while len(read_to_end(cfg, [topics.results])) < len(WORKLOAD) + len(MORE):
             assert query.isActive, query.exception()
             assert time.monotonic() < deadline, "the processor on B did not answer in 180 s"
-            time.sleep(1.0)
+            time.sleep(0.25)
         with StateReader(app, cfg, topics=topics) as reader:  # read while the query runs
             acc0 = reader.get("acc-0", min_version=6, timeout=60)
         assert query.isActive

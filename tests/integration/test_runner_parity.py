@@ -223,7 +223,7 @@ def stack(cqrs_config: CqrsConfig, tmp_path_factory: pytest.TempPathFactory) -> 
                 pass
             if time.monotonic() > deadline or proc.poll() is not None:
                 pytest.fail(f"cqrs run app did not start every job:\n{s.tail()}")
-            time.sleep(1.0)
+            time.sleep(0.25)
         yield s
     finally:
         proc.terminate()
