@@ -3,7 +3,8 @@ its ``/metrics`` scraped with the Prometheus client's parser, ``cqrs serve``'s s
 real headless Chromium, and ``cqrs top``.
 
 One runner and one service (subprocesses) on topics, checkpoints and a metrics port of their
-own run for the whole module; this module starts no Spark in the test process itself.
+own run for the whole module; the last test continues the runner's checkpoints with
+``--available-now`` jobs in the test process, on the session's Spark.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +26,7 @@ import attrs
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from cqrs.cli.main import main
 from cqrs.client import CommandClient
 from cqrs.config import CqrsConfig
 from domain_examples.bank import DEMO_CRASHING_OWNERS, AuditAccount, Deposit, OpenAccount, app
@@ -320,21 +323,33 @@ def _batch_totals(output: str, unit: str) -> int:
     return total
 
 
-def test_separate_processes_continue_from_the_same_checkpoints(stack: Stack) -> None:
+def test_separate_processes_continue_from_the_same_checkpoints(
+        stack: Stack, spark: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     # runs last in this module: it stops the runner for good
     stack.runner.terminate()
     assert stack.runner.wait(timeout=120) is not None
+    for name, value in stack.env.items():
+        if name.startswith("CQRS_"):
+            monkeypatch.setenv(name, value)
     acc = _acc()
     with CommandClient(app, stack.cfg) as client:
         future = client.send(acc, OpenAccount("max"), expected_version=0)
         assert client.flush() == 0
 
         def job(*args: str) -> str:
-            done = subprocess.run([sys.executable, "-m", "cqrs.cli.main", "run", *args, APP_REF,
-                                   "--available-now"], env=stack.env, capture_output=True,
-                                  text=True, timeout=600)
-            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-            return done.stdout
+            # `cqrs run <job> --available-now` in this process, on the session's Spark: another
+            # process than the runner's, on its checkpoints (as processes of their own, the two
+            # jobs only added two JVM starts, ~20 s)
+            sigterm = signal.getsignal(signal.SIGTERM)  # the job's own handler, while it runs
+            capsys.readouterr()
+            try:
+                code = main(["run", *args, APP_REF, "--available-now"])
+            finally:
+                signal.signal(signal.SIGTERM, sigterm)
+            said = capsys.readouterr()
+            assert code == 0, said.out[-3000:] + said.err[-3000:]
+            return said.out
 
         # only the command sent since: everything before was committed by the runner's queries
         assert _batch_totals(job("processor"), "commands") == 1
