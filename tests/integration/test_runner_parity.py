@@ -3,7 +3,8 @@ aggregates, two process managers, a handler that fails and then succeeds on a re
 expected versions, a repeated command id) fed to :class:`cqrs.testing.runner.LocalRunner` and to
 ``cqrs run app`` on real Kafka, Spark and Cassandra, with the same command ids and times. Both
 must give the same answers, the same events byte for byte (key, value and headers, as the
-codec wrote them), the same dead letters, aggregate states and read models.
+codec wrote them), the same dead letters, aggregate states and read models. The runner's status
+shows the retry job as a query of its driver, with a retry delivered per transient failure.
 
 Each command is sent once the previous one's work is done on both sides (its answer and every
 answer it set off, through the process managers and the retry job), so the outcome does not
@@ -49,6 +50,7 @@ sys.path.insert(0, str(APPS))
 import flaky_app  # noqa: E402
 import parity_app  # noqa: E402
 from ports import free_port  # noqa: E402
+from flaky_app import ServiceUnavailable  # noqa: E402
 from parity_app import app  # noqa: E402
 
 APP_REF = "parity_app:app"
@@ -323,3 +325,25 @@ def test_the_runner_and_the_real_stack_agree(stack: Stack) -> None:
         if time.monotonic() > deadline:
             assert found == local.read_models, stack.tail()
         time.sleep(0.5)
+
+    # `cqrs run app` ran the retry job as one more query of its driver (the app declares a
+    # transient error): its status shows the retrier on the dead-letter topic, a retry delivered
+    # for each transient failure, which the answers above show accepted on a later attempt (this
+    # was test_retrier_run_app.py, with a `cqrs run app` of its own for one such failure)
+    transient = sum(n for (_, _, _, error), n in real.dead_letters.items()
+                    if error == ServiceUnavailable.__name__)
+    assert transient >= 2, real.dead_letters
+    deadline = time.monotonic() + 30  # the counters a round of the retrier later
+    while True:
+        with urllib.request.urlopen(stack.status_url, timeout=5) as r:
+            status = json.loads(r.read())
+        if status["counters"].get("retries_delivered", 0) >= transient or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    queries = {q["name"]: q for q in status["queries"]}
+    assert {"processor", "retrier", "scheduler", "history"} <= set(queries), set(queries)
+    assert queries["retrier"]["state"] == "active", queries["retrier"]
+    assert queries["retrier"]["input_topic"] == stack.topics.dead_letters
+    assert status["counters"].get("retries_delivered") == transient, status["counters"]
+    assert status["counters"].get("letters_recorded", 0) >= transient, status["counters"]
