@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import closing
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -34,6 +35,7 @@ from projections.apply import BatchStats, Target, apply_within_budget
 from projections.dlq import dead_letter_topic, ensure_dead_letter_topic, to_dlq_record
 from projections.dlq_retry import Parking, ProjectionRetrier, RoundStats, parkings_of
 from projections.errors import ProjectionStoreError
+from projections.positions import topic_offsets
 from projections.records import EventRecord
 from projections.personal import stack_store
 from projections.stores import cached_store
@@ -50,10 +52,13 @@ __all__ = [
     "apply_frame",
     "apply_frame_parking",
     "apply_ranges",
+    "balanced_shares",
     "check_schemas",
     "checkpoint_for",
     "event_frame",
+    "offsets_json",
     "start_projector",
+    "start_warming",
 ]
 
 
@@ -208,6 +213,8 @@ def _partition_fn(cfg: CqrsConfig, opts: ProjectorOptions, base: str,
     return run
 
 
+_T = TypeVar("_T")
+
 RANGE_TAKE = 20_000  # records taken from the consumer at once by a range task
 RANGE_IDLE_S = 60.0  # a range task fails when its partition gives nothing for this long
 
@@ -221,26 +228,83 @@ def _range_fn(cfg: CqrsConfig, opts: ProjectorOptions, base: str, generation: in
         from cqrs.collector import paused
         from cqrs.kafka_io import make_consumer
 
-        ctx = _context(cfg, opts)
-        target = Target(ctx.projection, base, generation)
         total = BatchStats()
         consumer = make_consumer(cfg, **{"enable.partition.eof": False, "fetch.wait.max.ms": 10,
                                          "max.partition.fetch.bytes": 16 << 20,
                                          "fetch.max.bytes": 64 << 20})
+
+        def chunks() -> Iterator[tuple[int, int, list[EventRecord] | None]]:
+            for partition, start, end in ranges:
+                for batch in _range_chunks(consumer, topic, partition, start, end, chunk,
+                                           cfg.kafka.bootstrap_servers):
+                    yield partition, end, batch
+                yield partition, end, None  # the range is done
+
         try:
             # hundreds of thousands of records and views, and no cycles: with the collector
             # on, its collections of the growing chunk took ~18 % of a task (cqrs.collector)
-            with paused():
-                for partition, start, end in ranges:
-                    for batch in _range_chunks(consumer, topic, partition, start, end, chunk,
-                                               cfg.kafka.bootstrap_servers):
-                        total.add(ctx.apply(target, batch, ctx.send_dead_letters))
-                    total.positions[partition] = max(end, total.positions.get(partition, 0))
-        finally:
+            with paused(), closing(_read_ahead(chunks())) as ahead:
+                # the first chunk is read while the worker loads the app and connects (once
+                # per worker), and each next one while the one before is folded
+                ctx = _context(cfg, opts)
+                target = Target(ctx.projection, base, generation)
+                for partition, end, batch in ahead:
+                    if batch is not None:
+                        stats = ctx.apply(target, batch, ctx.send_dead_letters)
+                        total.add(stats)
+                        done = stats.positions
+                    else:
+                        total.positions[partition] = max(end, total.positions.get(partition, 0))
+                        done = {partition: end}
+                    # how far the task got, for the driver's progress lines (apply_ranges)
+                    ctx.store.save_positions(base, generation, done)
+        finally:  # the reader has stopped: closing the generator joined it
             consumer.close()
         yield json.dumps({**{f: getattr(total, f) for f in STATS_FIELDS},
                           "positions": total.positions})
     return run
+
+
+def _read_ahead(chunks: Iterator[_T]) -> Iterator[_T]:
+    """``chunks``, each read by a thread of its own while the caller works on the one before:
+    the reader starts on chunk ``k + 1`` once the caller has taken chunk ``k`` (two chunks in
+    memory at most). The reader's error is raised here; a caller that stops early makes the
+    reader stop before its next chunk."""
+    import queue
+
+    ready: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+    room = threading.Semaphore(1)  # taken by the reader for each chunk, given back as it is taken
+    stop = threading.Event()
+    done = object()
+
+    def read() -> None:
+        try:
+            while True:
+                room.acquire()
+                if stop.is_set():
+                    return
+                batch = next(chunks, done)
+                ready.put((True, batch))
+                if batch is done:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            ready.put((False, exc))
+
+    reader = threading.Thread(target=read, name="cqrs-range-reader", daemon=True)
+    reader.start()
+    try:
+        while True:
+            ok, item = ready.get()
+            if not ok:
+                raise item
+            if item is done:
+                return
+            room.release()
+            yield item
+    finally:
+        stop.set()
+        room.release()
+        reader.join()
 
 
 def _range_chunks(consumer: Any, topic: str, partition: int, start: int, end: int, chunk: int,
@@ -291,23 +355,108 @@ def _range_chunks(consumer: Any, topic: str, partition: int, start: int, end: in
 
 def apply_ranges(spark: SparkSession, cfg: CqrsConfig, opts: ProjectorOptions, base: str,
                  generation: int, topic: str, ranges: dict[int, tuple[int, int]],
-                 chunk: int = 100_000) -> BatchStats:
-    """Fold the events of ``{partition: (start, end)}`` of ``topic`` into a generation: one
-    Spark task per partition reads its range directly from Kafka (no Kafka source, no rows
-    through the JVM) and folds it ``chunk`` events at a time. For a projection whose views are
-    its aggregates (a re-keyed one needs :func:`apply_frame`, which brings a view's events
-    from every partition together)."""
+                 chunk: int = 100_000, *, on_progress: Callable[[int], None] | None = None,
+                 progress_s: float = 2.0) -> BatchStats:
+    """Fold the events of ``{partition: (start, end)}`` of ``topic`` into a generation: a
+    Spark task per slot (``defaultParallelism``: the cores) reads its share of the ranges, one
+    partition after another, directly from Kafka (no Kafka source, no rows through the JVM) and
+    folds them ``chunk`` events at a time. Fewer tasks than partitions: no task launches, and
+    no core waiting for the others at the end of each wave of tasks. For a projection whose
+    views are its aggregates (a re-keyed one needs :func:`apply_frame`, which brings a view's
+    events from every partition together).
+
+    ``on_progress(events)``: called every ``progress_s`` while the tasks run, with the events
+    folded so far (from the positions each task saves after each chunk)."""
     todo = [(p, start, end) for p, (start, end) in sorted(ranges.items()) if end > start]
     total = BatchStats()
     if not todo:
         return total
-    lines = (spark.sparkContext.parallelize(todo, len(todo))
-             .mapPartitions(_range_fn(cfg, opts, base, generation, topic, chunk)).collect())
+    shares = balanced_shares(todo, spark.sparkContext.defaultParallelism)
+    fold = _range_fn(cfg, opts, base, generation, topic, chunk)
+    rdd = (spark.sparkContext.parallelize(shares, len(shares))
+           .mapPartitions(lambda share: fold(r for ranges in share for r in ranges)))
+    if on_progress is None:
+        lines = rdd.collect()
+    else:
+        lines = _collect_reporting(spark, rdd, progress_s, lambda: on_progress(sum(
+            min(max(saved.get(p, start), start), end) - start
+            for saved in [cached_store(cfg).positions(base, generation)]
+            for p, start, end in todo)))
     for line in lines:
         row = json.loads(line)
         total.add(BatchStats(*(row[f] for f in STATS_FIELDS),
                              {int(p): o for p, o in row["positions"].items()}))
     return total
+
+
+def _collect_reporting(spark: SparkSession, rdd: Any, every_s: float,
+                       report: Callable[[], None]) -> list[Any]:
+    """``rdd.collect()``, with ``report()`` called every ``every_s`` while its job runs (the job
+    runs in a thread; it is cancelled when this call ends early, e.g. on Ctrl-C)."""
+    import uuid
+
+    result: list[Any] = []
+    failed: list[BaseException] = []
+    group = f"cqrs-rebuild-{uuid.uuid4()}"
+
+    def collect() -> None:
+        try:
+            spark.sparkContext.setJobGroup(group, "a projection rebuild's batch job", True)
+            result.extend(rdd.collect())
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            failed.append(exc)
+
+    job = threading.Thread(target=collect, name="cqrs-rebuild-job", daemon=True)
+    job.start()
+    try:
+        while True:
+            job.join(every_s)
+            if not job.is_alive():
+                break
+            report()
+    finally:
+        if job.is_alive():  # only this job: the session may run other queries
+            spark.sparkContext.cancelJobGroup(group)
+            job.join()
+    if failed:
+        raise failed[0]
+    return result
+
+
+def start_warming(spark: SparkSession, cfg: CqrsConfig, opts: ProjectorOptions) -> threading.Thread:
+    """Start, in a thread, a small job that makes each task slot's Python worker load the app
+    and connect (what a range task does first, once per worker: ~1-2 s of Spark starting its
+    Python workers, imports, the schemas and the Cassandra session), so that it happens while
+    the caller does other work (a rebuild creating its tables). Join the thread before the
+    first :func:`apply_ranges`; a failure here is left to that job to report."""
+    slots = spark.sparkContext.defaultParallelism
+
+    def warm(_: Iterator[int]) -> Iterator[int]:
+        _context(cfg, opts)
+        yield 0
+
+    def run() -> None:
+        try:
+            spark.sparkContext.parallelize(range(slots), slots).mapPartitions(warm).collect()
+        except Exception:  # noqa: BLE001, S110 - the real job fails the same way, and says so
+            pass
+
+    thread = threading.Thread(target=run, name="cqrs-warm-workers", daemon=True)
+    thread.start()
+    return thread
+
+
+def balanced_shares(ranges: Sequence[tuple[int, int, int]],
+                    slots: int) -> list[list[tuple[int, int, int]]]:
+    """``(partition, start, end)`` ranges dealt into at most ``slots`` shares of about equal
+    length (the longest range first, each to the shortest share so far)."""
+    shares: list[list[tuple[int, int, int]]] = [[] for _ in range(max(1, min(slots, len(ranges))))]
+    lengths = [0] * len(shares)
+    for r in sorted(ranges, key=lambda r: (r[1] - r[2], r[0])):
+        i = lengths.index(min(lengths))
+        shares[i].append(r)
+        lengths[i] += r[2] - r[1]
+    return shares
 
 
 def event_frame(source: DataFrame) -> DataFrame:
@@ -371,15 +520,24 @@ def check_schemas(cfg: CqrsConfig, topics: AppTopics, app: App, refused: str) ->
         raise IncompatibleSchemaError(f"{refused}: {exc}") from exc
 
 
+def offsets_json(topic: str, offsets: Mapping[int, int], partitions: Iterable[int] = ()) -> str:
+    """Spark's ``startingOffsets``/``endingOffsets`` JSON for ``topic``: each partition of
+    ``offsets`` at its offset, and each other one of ``partitions`` at its earliest (-2)."""
+    every = sorted({*offsets, *partitions})
+    return json.dumps({topic: {str(p): offsets.get(p, -2) for p in every}})
+
+
 def start_projector(spark: SparkSession, cfg: CqrsConfig, opts: ProjectorOptions,
                     generation: int, *, available_now: bool = False,
-                    starting_offsets: str = "earliest",
                     on_batch: Callable[[int, BatchStats], None] | None = None,
                     on_retry_round: Callable[[RoundStats], None] | None = None) -> StreamingQuery:
     """Start the streaming query of one projection generation (its tables must exist); unless
     ``available_now``, with the timer that retries its parked views (``on_retry_round``: called
     after each round of it). Refused (:class:`~cqrs.errors.IncompatibleSchemaError`) when the
-    app's classes cannot read the stored schemas (:func:`check_schemas`)."""
+    app's classes cannot read the stored schemas (:func:`check_schemas`).
+
+    It continues from the generation's checkpoint; without one (a generation a rebuild just
+    made), from the positions the generation's batches saved, else from the log's start."""
     from cqrs.loading import load_app
     from projections.model import find_projection
 
@@ -395,9 +553,12 @@ def start_projector(spark: SparkSession, cfg: CqrsConfig, opts: ProjectorOptions
     if not available_now:  # (without a mark a replay reads the whole topic: right, slower)
         retrier.mark_dead_letters()
     limit = opts.max_events_per_trigger or cfg.projections.max_events_per_trigger
+    positions = cached_store(cfg).positions(base, generation)  # (a checkpoint overrides them)
+    starting = (offsets_json(topics.events, positions, topic_offsets(cfg, topics.events))
+                if positions else "earliest")
     source = (spark.readStream.format("kafka").options(**cfg.kafka.spark_options())
               .option("subscribe", topics.events)
-              .option("startingOffsets", starting_offsets)
+              .option("startingOffsets", starting)
               .option("includeHeaders", "true")
               .option("failOnDataLoss", "true")
               .option("maxOffsetsPerTrigger", str(limit))
