@@ -389,7 +389,8 @@ class ProjectionSettings:
         200000, "CQRS_PROJECTIONS_MAX_EVENTS_PER_TRIGGER", "Cap on events per projector micro-batch.",
     )
     rebuild_chunk_events: int = setting(
-        500000, "CQRS_PROJECTIONS_REBUILD_CHUNK", "Events per batch job while a rebuild catches up.",
+        2000000, "CQRS_PROJECTIONS_REBUILD_CHUNK",
+        "Events per batch job of a rebuild (its progress lines come every 2 s, within a job too).",
     )
     drop_old_generation: bool = setting(
         True, "CQRS_PROJECTIONS_DROP_OLD", "Drop the previous generation's tables after a rebuild.",
