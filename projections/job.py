@@ -378,10 +378,12 @@ def apply_ranges(spark: SparkSession, cfg: CqrsConfig, opts: ProjectorOptions, b
     if on_progress is None:
         lines = rdd.collect()
     else:
-        lines = _collect_reporting(spark, rdd, progress_s, lambda: on_progress(sum(
-            min(max(saved.get(p, start), start), end) - start
-            for saved in [cached_store(cfg).positions(base, generation)]
-            for p, start, end in todo)))
+        def folded() -> None:  # how far the tasks' saved positions are into their ranges
+            saved = cached_store(cfg).positions(base, generation)
+            on_progress(sum(min(max(saved.get(p, start), start), end) - start
+                            for p, start, end in todo))
+
+        lines = _collect_reporting(spark, rdd, progress_s, folded)
     for line in lines:
         row = json.loads(line)
         total.add(BatchStats(*(row[f] for f in STATS_FIELDS),

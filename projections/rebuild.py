@@ -3,7 +3,8 @@
 1. pick generation ``n + 1``, create its tables, record it as *building*;
 2. snapshot the events topic's end offsets; batch-read the log up to them in chunks (Spark
    batch jobs, the same executor-side fold as the projector), printing events, events/s, ETA.
-   A task per partition reads its range with librdkafka (:func:`~projections.job.apply_ranges`);
+   A task per core reads its share of the partitions' ranges with librdkafka, a progress line
+   every 2 s from the positions the tasks save (:func:`~projections.job.apply_ranges`);
    a re-keyed projection, whose views gather events of every partition, goes through Spark's
    Kafka source and a shuffle by view key instead;
 3. catch up with what was written meanwhile (one more batch job over that short range) and
