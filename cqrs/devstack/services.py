@@ -203,10 +203,23 @@ def _kafka_properties(cfg: CqrsConfig, node: KafkaNode) -> Path:
         "num.network.threads=2",
         "num.io.threads=4",
         "log.segment.bytes=268435456",
+        # A broker of a cluster stops without a controlled shutdown, which first asks the active
+        # controller to move its leaderships away and waits up to 5 minutes for the answer:
+        # `down` stops every broker at once, and a broker whose request came after the other
+        # two had taken the controller quorum with them waited for an answer that never came,
+        # until `down`'s SIGKILL a minute later (the CI's cluster teardown took 75 s instead
+        # of ~14 s so). Measured: the last of the three brokers, signalled once the other two
+        # had stopped, still ran 45 s later; without a controlled shutdown it ended in 5 s.
+        # Nobody is left to take the leaderships anyway; the logs are still closed cleanly.
+        *(["controlled.shutdown.enable=false"] if _quorum_size(node) > 1 else []),
         "",
     ]))
     (node.workdir / "log4j2.yaml").write_text(_LOG4J2)
     return props
+
+
+def _quorum_size(node: KafkaNode) -> int:
+    return len(node.voters.split(","))
 
 
 def new_cluster_id() -> str:

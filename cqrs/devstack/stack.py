@@ -163,9 +163,10 @@ class DevStack:
         """Stop every service: all are signalled at once, then waited for (each gets SIGKILL
         60 s after its SIGTERM).
 
-        At once, not one after the other: a Kafka broker of the cluster stopped after the
-        other two waits for a controller quorum that is gone and only ends with the SIGKILL
-        (a minute per ``down``); signalled together, the three shut down cleanly in seconds."""
+        At once, not one after the other, so that ``down`` takes the longest stop, not their
+        sum. (The cluster's brokers stop without a controlled shutdown, see
+        ``services._kafka_properties``: with one, a broker whose shutdown came after the other
+        two's waited for a controller quorum that was gone and only ended with the SIGKILL.)"""
         signalled: list[tuple[str, Service, int]] = []
         for name, svc in reversed(list(self._services().items())):
             pid = svc.process.terminate()
