@@ -64,7 +64,7 @@ def cluster_up() -> Iterator[CqrsConfig]:
     finally:
         if not already:
             started = time.monotonic()
-            stack.down(say=lambda m: None)
+            stack.down(say=lambda m: print(f"  {time.monotonic() - started:5.1f} s {m}"))
             print(f"cluster down in {time.monotonic() - started:.1f} s")
 
 
