@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import pytest
 
+from cqrs.cli.main import main
 from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.envelope import from_kafka, to_kafka
@@ -72,10 +73,19 @@ class Workload:
         return [sys.executable, "-m", "cqrs.cli.main", "run", "processor", APP_REF,
                 "--checkpoint", self.checkpoint, *extra], env
 
-    def process_available(self) -> None:
-        """``cqrs run processor --available-now``, in a process of its own."""
+    def process_available(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """``cqrs run processor --available-now`` in this process, on the session's Spark (as
+        a process of its own it only added a JVM's start, ~10 s): the CLI as ``cli`` runs it,
+        with its environment."""
         argv, env = self.cli("--available-now")
-        subprocess.run(argv, env=env, check=True, capture_output=True, timeout=300)
+        for name, value in env.items():
+            if name.startswith("CQRS_"):
+                monkeypatch.setenv(name, value)
+        sigterm = signal.getsignal(signal.SIGTERM)  # the job's own handler, while it runs
+        try:
+            assert main(argv[argv.index("run"):]) == 0
+        finally:
+            signal.signal(signal.SIGTERM, sigterm)
 
     def results(self) -> dict[str, CommandResult]:
         return {r.command_id: r for r in
@@ -209,7 +219,8 @@ def test_poison_records_are_dead_lettered_and_the_aggregate_keeps_working(
 
 
 def test_sigterm_stops_the_processor_between_micro_batches(
-    cqrs_config: CqrsConfig, unique_name: str, tmp_path: Path
+    cqrs_config: CqrsConfig, unique_name: str, tmp_path: Path, spark: Any,
+    monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SIGTERM to ``cqrs run processor`` while a micro-batch serves a burst: the running batch
     ends, no other starts, the query stops cleanly (exit 0, no failed query, no crashed
@@ -239,7 +250,7 @@ def test_sigterm_stops_the_processor_between_micro_batches(
     assert "stopping after the running micro-batch" in text
     for sign in ("terminated with error", "exited unexpectedly", "Traceback", "ERROR"):
         assert sign not in text, text[-3000:]
-    work.process_available()  # whatever the stopped run left: all answered once
+    work.process_available(monkeypatch)  # whatever the stopped run left: all answered once
     results = work.results()
     assert set(results) == set(work.sent)
     assert sorted(r.version for r in results.values()) == list(range(1, len(work.sent) + 1))
