@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -47,7 +48,8 @@ class Cluster:
 @contextmanager
 def cluster_up() -> Iterator[CqrsConfig]:
     """The cluster, up and healthy (started if it is not running); the configuration its
-    processes were started with. Brought down afterwards unless it was running before."""
+    processes were started with. Brought down afterwards unless it was running before (the
+    services stop in the background; the session waits for them before it exits)."""
     base = load_config()
     if not all(artifacts.is_installed(base.dev, c) for c in artifacts.COMPONENTS):
         artifacts.install(base.dev)
@@ -63,9 +65,17 @@ def cluster_up() -> Iterator[CqrsConfig]:
         yield base
     finally:
         if not already:
-            started = time.monotonic()
-            stack.down(say=lambda m: print(f"  {time.monotonic() - started:5.1f} s {m}"))
-            print(f"cluster down in {time.monotonic() - started:.1f} s")
+            # The services stop while the next tests run (a broker's and a Cassandra node's
+            # clean stop take ~11 s, which no test needs to wait for), in a thread that is no
+            # daemon: the interpreter waits for it before it exits, so a session never ends
+            # with the cluster still running.
+            threading.Thread(target=_down, args=(stack,), name="cluster-down").start()
+
+
+def _down(stack: DevStack) -> None:
+    started = time.monotonic()
+    stack.down(say=lambda m: print(f"  {time.monotonic() - started:5.1f} s {m}", flush=True))
+    print(f"cluster down in {time.monotonic() - started:.1f} s", flush=True)
 
 
 def fresh_names(base: CqrsConfig, tmp: Path, name: str = "cluster",
