@@ -259,14 +259,16 @@ class Rig:
         opened = [self.load.send(acc, OpenAccount(owner), expected_version=0)
                   for acc, owner in zip(self.accounts, owners, strict=True)]
         started = time.monotonic()
-        eventually(lambda: all(s.answered_at for s in opened), FIRST)
+        eventually(lambda: all(s.answered_at for s in opened), FIRST, every=0.25)
         assert all(s.result is not None and (s.result.status, s.result.version) == ("accepted", 1)
                    for s in opened), (f"{[(s.aggregate_id, s.result, s.error) for s in opened]}"
                                       f"{self.jobs()}")
         print(f"accounts opened {time.monotonic() - started:.1f} s after the client's first send")
         # the projector is up too before any fault: a fault's recovery is not the jobs' start
-        rows = eventually(lambda: all(self.view_version(a) for a in self.accounts), FIRST)
+        rows = eventually(lambda: all(self.view_version(a) for a in self.accounts), FIRST,
+                          every=0.5)
         assert rows, f"the projector did not show the opened accounts{self.jobs()}"
+        print(f"their read-model rows {time.monotonic() - started:.1f} s after that send")
 
     def jobs(self) -> str:
         """For a failure message: the jobs' exits so far, their state and the ends of their logs."""
@@ -432,7 +434,7 @@ def check_invariants(rig: Rig) -> list[str]:
     the names of the checks that ran."""
     rig.load.pause()
     try:
-        left = eventually(lambda: not rig.load.unanswered(), DRAIN)
+        left = eventually(lambda: not rig.load.unanswered(), DRAIN, every=0.25)
         assert left, f"{len(rig.load.unanswered())} commands unanswered {DRAIN:.0f} s after the " \
                      f"client paused, e.g. {rig.load.unanswered()[:3]}"
         sent = rig.load.snapshot()
