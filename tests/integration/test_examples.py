@@ -14,7 +14,7 @@ from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import make_producer, read_to_end
 from cqrs.loading import load_app
-from cqrs.processor.job import start_processor
+from cqrs.processor.job import prepare_processor, start_processor
 from cqrs.processor.workers import ProcessorOptions
 from cqrs.topics import topics_for
 from domain_examples.loyalty import points_for
@@ -44,7 +44,7 @@ class Example:
         its partition), process them, then project the events; return the answers."""
         opts = ProcessorOptions(self.app_ref, topics=self.topics,
                                 checkpoint=self.cfg.spark.checkpoint_location(self.app.name, "processor"))
-        start_processor(spark, self.cfg, opts, available_now=True).awaitTermination()  # topics, schemas
+        opts = prepare_processor(self.cfg, opts)  # topics, state table, schemas: no Spark query
         producer = make_producer(self.cfg)
         ids = []
         for i, s in enumerate(script):
