@@ -27,8 +27,8 @@ from cqrs.devstack import artifacts
 from cqrs.devstack.cluster import cluster_toml_path
 from cqrs.devstack.stack import DevStack
 
-__all__ = ["WAIT", "Cluster", "cluster_up", "eventually", "fresh_names", "job_report",
-           "running_cluster", "spark_apps", "start_job"]
+__all__ = ["WAIT", "Cluster", "cluster_up", "down_in_background", "eventually", "fresh_names",
+           "job_report", "running_cluster", "spark_apps", "start_job"]
 
 WAIT = 150.0
 T = TypeVar("T")
@@ -65,17 +65,20 @@ def cluster_up() -> Iterator[CqrsConfig]:
         yield base
     finally:
         if not already:
-            # The services stop while the next tests run (a broker's and a Cassandra node's
-            # clean stop take ~11 s, which no test needs to wait for), in a thread that is no
-            # daemon: the interpreter waits for it before it exits, so a session never ends
-            # with the cluster still running.
-            threading.Thread(target=_down, args=(stack,), name="cluster-down").start()
+            down_in_background(stack, "cluster")
 
 
-def _down(stack: DevStack) -> None:
-    started = time.monotonic()
-    stack.down(say=lambda m: print(f"  {time.monotonic() - started:5.1f} s {m}", flush=True))
-    print(f"cluster down in {time.monotonic() - started:.1f} s", flush=True)
+def down_in_background(stack: DevStack, label: str) -> None:
+    """``stack.down()`` while the next tests run: a broker's and a Cassandra node's clean stop
+    take seconds (~11 s the cluster's) that no test needs to wait for. In a thread that is no
+    daemon: the interpreter waits for it before it exits, so a session never ends with the
+    services still running."""
+    def down() -> None:
+        started = time.monotonic()
+        stack.down(say=lambda m: print(f"  {time.monotonic() - started:5.1f} s {m}", flush=True))
+        print(f"{label} down in {time.monotonic() - started:.1f} s", flush=True)
+
+    threading.Thread(target=down, name=f"{label}-down").start()
 
 
 def fresh_names(base: CqrsConfig, tmp: Path, name: str = "cluster",

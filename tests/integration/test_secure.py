@@ -24,6 +24,7 @@ from cqrs.devstack.stack import DevStack
 from domain_examples.bank import Deposit, OpenAccount, app
 from projections import ProjectionReader
 from projections.stores import cached_store
+from cluster_harness import down_in_background
 from process_group import stop
 
 APP_REF = "domain_examples.bank:app"
@@ -55,7 +56,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
         yield Secure(load_config(env=env), env, tmp)
     finally:
         if not already:
-            stack.down(say=lambda m: None)
+            down_in_background(stack, "secure stack")  # (~5 s that no test waits for)
 
 
 def _lists_topics(cfg: CqrsConfig) -> bool:
