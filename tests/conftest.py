@@ -31,10 +31,24 @@ from cqrs.config import CqrsConfig, load_config
 INTEGRATION_DIRS = (Path(__file__).parent / "integration", Path(__file__).parent / "reliability")
 
 
+# The bad-inputs module runs after the bench smoke test (~2 min of its own processes), not first:
+# it holds its background traffic to issue #28's bar (other aggregates' round trips p99 <= 1 s),
+# and CI runs the tests that need no services in the background while the first integration
+# tests run (.ci/run). On the 2-core machine that half beside it took the bar from it in a CI
+# rehearsal (p99 1.09 s), as other tests beside it did in a trial (1.05 s).
+LATE_MODULE, AFTER_MODULE = "test_bad_inputs.py", "test_bench_smoke.py"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if any(d in Path(str(item.fspath)).parents for d in INTEGRATION_DIRS):
             item.add_marker(pytest.mark.integration)
+    late = [i for i in items if Path(str(i.fspath)).name == LATE_MODULE]
+    after = [n for n, i in enumerate(items) if Path(str(i.fspath)).name == AFTER_MODULE]
+    if late and after and items.index(late[0]) < after[-1]:
+        rest = [i for i in items if Path(str(i.fspath)).name != LATE_MODULE]
+        at = max(n for n, i in enumerate(rest) if Path(str(i.fspath)).name == AFTER_MODULE) + 1
+        items[:] = rest[:at] + late + rest[at:]
 
 
 def _flag(name: str) -> bool:
