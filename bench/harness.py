@@ -260,6 +260,40 @@ def settle(busy_below: float = 0.25, window_s: float = 3.0, timeout_s: float = 1
             return waited
 
 
+def stack_pids(cfg: CqrsConfig) -> dict[str, int]:
+    """The dev stack's service processes (kafka, cassandra), for the CPU split."""
+    from cqrs.devstack.stack import DevStack
+
+    return {s.name: s.pid for s in DevStack(cfg).status() if s.pid is not None}
+
+
+def settled(cfg: CqrsConfig, busy_core: float = 0.25, timeout_s: float = 30.0,
+            after: str = "warm-up") -> None:
+    """Flush Cassandra's memtables and wait for its compactions (``nodetool``), then until
+    Kafka and Cassandra each use less than ``busy_core`` of a core over a second (at most
+    ``timeout_s``): what was written ``after`` (a warm-up; with personal fields, also every
+    account's first key, its Paxos rounds and its copy) would otherwise be flushed and
+    compacted inside the timed window of whichever run comes next. Each timed run starts with
+    empty memtables; its own writes are flushed in its window or not, as they would be."""
+    from cqrs.devstack.nodetool import flush_and_compact
+    from procmem import ComponentCpu
+
+    took = flush_and_compact(cfg)
+    services = stack_pids(cfg)
+    started = time.monotonic()
+    used: dict[str, float] = {}
+    while time.monotonic() - started < timeout_s:
+        cpu = ComponentCpu(services)
+        time.sleep(1.0)
+        used = {k: v for k, v in cpu.seconds().items() if k in services}
+        if all(v < busy_core for v in used.values()):
+            break
+    print(f"{after}: Cassandra flushed and compacted in {took:.1f} s, the stack settled in "
+          f"{time.monotonic() - started:.1f} s "
+          f"({', '.join(f'{k} {v:.2f}' for k, v in used.items())} of a core last second)",
+          flush=True)
+
+
 def announce(label: str) -> list[float]:
     """Print the load average before a run; returns it (1, 5, 15 min) for the run's row."""
     load = [round(x, 2) for x in os.getloadavg()]

@@ -90,7 +90,7 @@ from cqrs.topics import AppTopics  # noqa: E402
 from floor import floor_latency, floor_name, floor_throughput  # noqa: E402
 from harness import (  # noqa: E402
     Encoded, ResultWatcher, announce, encode_all, fresh_topics, latency_summary, remove_fresh,
-    produce, timeout_for,
+    produce, settled, stack_pids, timeout_for,
 )
 from kstreams import DEFAULT_DIR as KSTREAMS_DIR  # noqa: E402
 from kstreams import kstreams_rows, run_kstreams  # noqa: E402
@@ -238,30 +238,6 @@ def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int, bank: Bank =
         bank.forget_accounts(cfg, aggregates)
 
 
-def settled(cfg: CqrsConfig, busy_core: float = 0.25, timeout_s: float = 30.0) -> None:
-    """Flush Cassandra's memtables and wait for its compactions (``nodetool``), then until
-    Kafka and Cassandra each use less than ``busy_core`` of a core over a second (at most
-    ``timeout_s``): the warm-up's writes (with personal fields, also every account's first key,
-    its Paxos rounds and its copy) would otherwise be flushed and compacted inside the timed
-    window of whichever run comes next. Each timed run starts with empty memtables; its own
-    writes are flushed in its window or not, as they would be."""
-    from cqrs.devstack.nodetool import flush_and_compact
-
-    took = flush_and_compact(cfg)
-    services = stack_pids(cfg)
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        cpu = ComponentCpu(services)
-        time.sleep(1.0)
-        used = {k: v for k, v in cpu.seconds().items() if k in services}
-        if all(v < busy_core for v in used.values()):
-            break
-    print(f"warm-up: Cassandra flushed and compacted in {took:.1f} s, the stack settled in "
-          f"{time.monotonic() - started:.1f} s "
-          f"({', '.join(f'{k} {v:.2f}' for k, v in used.items())} of a core last second)",
-          flush=True)
-
-
 def committed(query: Any, timeout_s: float = 60.0) -> None:
     """Wait until the micro-batch running now has been committed. The warm-up's answers come
     while the batch that wrote them still runs (it serves on, then commits); the Kafka Streams
@@ -308,13 +284,6 @@ def throughput(cfg: CqrsConfig, spark: Any, aggregates: int, commands: int,
             "seconds": round(elapsed, 3), "commands_per_s": round(rate), "produce_seconds": round(produced, 3),
             "loadavg": load, "machine_pct": machine, "cpu_s": by_part, "memory": peak.as_dict(),
             "batches": batches}
-
-
-def stack_pids(cfg: CqrsConfig) -> dict[str, int]:
-    """The dev stack's service processes (kafka, cassandra), for the CPU split."""
-    from cqrs.devstack.stack import DevStack
-
-    return {s.name: s.pid for s in DevStack(cfg).status() if s.pid is not None}
 
 
 def batch_report(query: Any) -> dict[str, Any]:

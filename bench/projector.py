@@ -9,7 +9,12 @@ runs as a streaming query (micro-batches of ``[projections] max_events_per_trigg
 Cassandra; the figure is events / (first batch start -> last batch end).
 
 Rebuild: ``--rebuild-events`` events are written to another fresh topic; the figure is the
-wall time of ``rebuild_projection`` (batch catch-up in chunks, streaming catch-up, switch).
+wall time of ``rebuild_projection`` (the batch over the log, the catch-up, the switch), timed
+once Cassandra has flushed and compacted what the steady part wrote and the machine is quiet.
+
+Warm-up: first an untimed rebuild of ``--warm-up-events`` events (as ``bench/processor.py``
+makes an untimed run first), so that Kafka's, Cassandra's and Spark's JVMs are compiled and
+the Python workers started before anything is measured; ``--no-warm-up`` skips it.
 
 Needs the local stack (``cqrs dev up``) or CQRS_* settings naming one. Uses fresh topics and a
 fresh keyspace, dropped at the end.
@@ -31,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
 
-from harness import settle  # noqa: E402
+from harness import settle, settled  # noqa: E402
 
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
 from cqrs.spark_session import spark_session  # noqa: E402
@@ -112,17 +117,20 @@ def steady(spark: object, base: CqrsConfig, events: int, accounts: int) -> None:
     cached_store(cfg).drop_keyspace()  # type: ignore[attr-defined]
 
 
-def rebuild(spark: object, base: CqrsConfig, events: int, accounts: int, quiet: bool) -> None:
+def rebuild(spark: object, base: CqrsConfig, events: int, accounts: int, quiet: bool,
+            label: str = "rebuild") -> None:
     cfg = fresh(base, "rebuild")
-    print(f"rebuild: {events:,} events over {accounts:,} accounts", flush=True)
+    print(f"{label}: {events:,} events over {accounts:,} accounts", flush=True)
     write_log(cfg, events, accounts)
-    if quiet:  # Cassandra compacting what the steady part wrote is not the rebuild's work
+    if quiet:  # Cassandra compacting what came before is not the rebuild's work
+        settled(cfg, after="before the rebuild")
         settle()
     called = time.monotonic()
     report = rebuild_projection(spark, cfg, APP_REF, "balances",  # type: ignore[arg-type]
                                 report=lambda m: print("  " + m, flush=True))
     whole = time.monotonic() - called
-    print(f"RESULT rebuild of {report.events:,} events: {report.seconds:.1f} s "
+    print(f"{'RESULT' if label == 'rebuild' else f'({label})'} rebuild of {report.events:,} events: "
+          f"{report.seconds:.1f} s "
           f"({report.events / report.seconds:,.0f} events/s; the whole call, with the checks and "
           f"the new tables: {whole:.1f} s)", flush=True)
     cached_store(cfg).drop_keyspace()  # type: ignore[attr-defined]
@@ -133,8 +141,13 @@ def main() -> None:
     parser.add_argument("--stream-events", type=int, default=600_000)
     parser.add_argument("--rebuild-events", type=int, default=1_000_000)
     parser.add_argument("--accounts", type=int, default=10_000)
+    parser.add_argument("--warm-up-events", type=int, default=200_000,
+                        help="events of the untimed rebuild made first")
+    parser.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
+                        help="an untimed rebuild first, so the services' JVMs are compiled")
     parser.add_argument("--settle", action=argparse.BooleanOptionalAction, default=True,
-                        help="wait for a quiet machine before the rebuild is timed (bench/harness.py)")
+                        help="flush Cassandra and wait for a quiet machine before the rebuild is "
+                             "timed (bench/harness.py)")
     args = parser.parse_args()
     base = load_config()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
@@ -142,6 +155,8 @@ def main() -> None:
           f"max_events_per_trigger {base.projections.max_events_per_trigger:,}", flush=True)
     spark = spark_session(base, "cqrs-bench-projector")
     try:
+        if args.warm_up and args.warm_up_events:
+            rebuild(spark, base, args.warm_up_events, args.accounts, False, label="warm-up")
         if args.stream_events:
             steady(spark, base, args.stream_events, args.accounts)
         if args.rebuild_events:

@@ -49,8 +49,17 @@ def _figure(row: Row) -> str:
     if row.get("error"):
         return f"failed: {row['error'][:120]}"
     if row["kind"] == "latency":
-        return f"**p50 {_s(row['p50_s'])}, p99 {_s(row['p99_s'])}**, max {_s(row['max_s'])}"
+        rtt = sorted(row.get("rtt_s") or ())
+        if not rtt:
+            return f"**p50 {_s(row['p50_s'])}, p99 {_s(row['p99_s'])}**, max {_s(row['max_s'])}"
+        return (f"**p50 {_s(row['p50_s'])}**, p90 {_s(_quantile(rtt, 0.9))}, "
+                f"**p99 {_s(row['p99_s'])}**, p99.9 {_s(_quantile(rtt, 0.999))}, max {_s(row['max_s'])}")
     return f"**{row['commands_per_s']:,.0f} commands/s** ({row['seconds']:,.1f} s)"
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of sorted values (nearest rank)."""
+    return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered))) - 1))]
 
 
 def _s(seconds: float) -> str:
@@ -264,6 +273,29 @@ def plot_latency(rows: Sequence[Row], path: Path, title: str) -> Path | None:
     return _save(fig, plt, path)
 
 
+def plot_latency_over_time(rows: Sequence[Row], path: Path, title: str) -> Path | None:
+    """Each round trip of our latency runs against when its command was sent (commands go out
+    at the offered rate, so the n-th was sent at n / rate): stalls show as columns."""
+    found = [r for r in _ok(rows, "latency") if r["system"] == OURS and r.get("rtt_s")]
+    if not found:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for i, row in enumerate(found):
+        rate = row.get("rate_per_s") or 1.0
+        rtt = row["rtt_s"]
+        ax.scatter([n / rate for n in range(len(rtt))], rtt, s=2, alpha=0.5,
+                   label=f"run {i + 1}: p99 {_s(row['p99_s'])}, max {_s(row['max_s'])}")
+    ax.set_yscale("log")
+    _log_axis(ax.yaxis, "g")
+    ax.set_xlabel("command sent at (s into the run)")
+    ax.set_ylabel("round trip (s, log)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right", markerscale=4)
+    return _save(fig, plt, path)
+
+
 def plot_memory(rows: Sequence[Row], path: Path, title: str) -> Path | None:
     """Peak RSS of our Spark JVM and Python workers against aggregates."""
     found = sorted((r for r in _ok(rows, "throughput") if r["system"] == OURS and r.get("memory")),
@@ -297,7 +329,7 @@ def _save(fig: Any, plt: Any, path: Path) -> Path:
 
 
 def plot_all(results: dict[str, Any], img_dir: Path = DEFAULT_IMG_DIR) -> list[Path]:
-    """The three PNGs of one results file: throughput, latency, memory."""
+    """The PNGs of one results file: throughput, latency, latency over time, memory."""
     rows = results["rows"]
     when = results.get("started", "")[:16].replace("T", " ")
     where = results.get("machine", {}).get("summary", "")
@@ -305,6 +337,8 @@ def plot_all(results: dict[str, Any], img_dir: Path = DEFAULT_IMG_DIR) -> list[P
     made = [
         plot_throughput(rows, img_dir / "processor-throughput.png", f"Command throughput\n{subtitle}"),
         plot_latency(rows, img_dir / "processor-latency.png", f"Round trips at a fixed offered rate\n{subtitle}"),
+        plot_latency_over_time(rows, img_dir / "processor-latency-time.png",
+                               f"cqrs round trips over time at a fixed offered rate\n{subtitle}"),
         plot_memory(rows, img_dir / "processor-memory.png", f"cqrs processor: peak memory during a run\n{subtitle}"),
     ]
     return [p for p in made if p is not None]

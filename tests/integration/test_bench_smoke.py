@@ -84,7 +84,7 @@ def _in_process_lane(results: Path) -> list[Smoke]:
               ("RESULT personal round 1, 20 aggregates: plain", "RESULT personal / plain:")),
         Smoke("bench/projector.py",
               ("--stream-events", "1000", "--rebuild-events", "1000", "--accounts", "50",
-               "--no-settle"),
+               "--no-warm-up", "--no-settle"),
               ("RESULT steady stream", "RESULT rebuild of 1,000 events")),
         Smoke("bench/history.py",
               ("--events", "40", "--aggregates", "10", "--hot", "10", "--reads", "2", "--no-settle",
