@@ -265,11 +265,8 @@ def plot_latency(rows: Sequence[Row], path: Path, title: str) -> Path | None:
                     linestyle=":", label=f"{row['system']} (p50 and p99 only)")
     ax.set_xscale("log")
     _log_axis(ax.xaxis, "g")
-    ax.set_xlabel("round trip: produce call -> answer consumed (s, log)")
-    ax.set_ylabel("fraction of commands")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    _label(ax, "round trip: produce call -> answer consumed (s, log)", "fraction of commands",
+           title, loc="lower right")
     return _save(fig, plt, path)
 
 
@@ -288,12 +285,18 @@ def plot_latency_over_time(rows: Sequence[Row], path: Path, title: str) -> Path 
                    label=f"run {i + 1}: p99 {_s(row['p99_s'])}, max {_s(row['max_s'])}")
     ax.set_yscale("log")
     _log_axis(ax.yaxis, "g")
-    ax.set_xlabel("command sent at (s into the run)")
-    ax.set_ylabel("round trip (s, log)")
+    _label(ax, "command sent at (s into the run)", "round trip (s, log)", title,
+           loc="upper right", markerscale=4)
+    return _save(fig, plt, path)
+
+
+def _label(ax: Any, xlabel: str, ylabel: str, title: str, **legend: Any) -> None:
+    """Axis labels, title, grid and legend of a latency plot."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right", markerscale=4)
-    return _save(fig, plt, path)
+    ax.legend(fontsize=8, **legend)
 
 
 def plot_memory(rows: Sequence[Row], path: Path, title: str) -> Path | None:

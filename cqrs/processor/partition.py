@@ -24,14 +24,17 @@ a different one), or finds the state written and skips what it covers. Nothing r
 After the planned range a task may *serve*: go on with commands as they arrive until its time
 is up, so they do not wait for the next micro-batch. At its end it records per partition how
 far it got (the position) and which worker it ran in; the next task starts there, and a worker
-trusts its cache of a partition only while that position is its own.
+trusts its cache of a partition only while that position is its own. Between two micro-batches
+a :class:`Bridge` of the worker serves on, until the next task of the worker takes over.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as _dt
 import gc
+import sys
 import threading
 import time
 import uuid
@@ -46,7 +49,7 @@ from cqrs.errors import CqrsError
 from cqrs.budget import Watch
 from cqrs.personal.keys import KeyCache
 from cqrs.processor.lanes import Decider, Item, Lane, Lanes, decide_items
-from cqrs.processor.state_table import HELD_MARK, Position, StateTable, StoredAggregate
+from cqrs.processor.state_table import HELD_MARK, Position, StateTable, StoredAggregate, bridged
 from cqrs.processor.step import (
     UNDECODED, AggregateStep, InputRecord, OutputRecord, StepResult,
 )
@@ -101,6 +104,8 @@ class SliceStats:
     lanes_open: int = 0  # at the end of a task: lanes of its partitions still deciding
     longest_decision_s: float = 0.0  # at the end of a task: the longest decision running
     longest_decision: str = ""  # ... which one: aggregate and command id
+    bridged: int = 0  # commands a bridge decided between two tasks (counted with the next task)
+    bridge_wait_s: float = 0.0  # waiting for another worker's bridge to end, at a task's start
     fetch_s: float = 0.0  # reading the slice from Kafka (set by the caller that fetched it)
     read_s: float = 0.0
     step_s: float = 0.0
@@ -268,6 +273,9 @@ class Worker:
         self.consumer: Any = None
         self.errors: list[str] = []
         self.lanes = Lanes()  # aggregates set aside (see cqrs.processor.lanes)
+        self.bridge: Bridge | None = None  # serving on after the last task (see Bridge)
+        # the topic and {partition: next offset} a bridge taken over left its consumer assigned at
+        self.assigned: tuple[str, dict[int, int]] | None = None
         self.personal_types = step.codec.personal_types  # classes with personal fields
         self._decider: Decider | None = None
 
@@ -882,7 +890,8 @@ FIRST_GUESS_S = 60e-6  # a command's wall time in a task, until its first chunk 
 
 def run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
              serve_until: float | None = None, timeout_s: float = 120.0,
-             positions: dict[int, Position] | None = None) -> SliceStats:
+             positions: dict[int, Position] | None = None,
+             stopping: Callable[[], bool] | None = None) -> SliceStats:
     """One task of a micro-batch: the planned ``{partition: (start, end)}`` ranges, then, until
     ``serve_until`` (``time.monotonic()``; None: not at all), whatever else arrives on those
     partitions, as it arrives.
@@ -891,16 +900,27 @@ def run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
     (a task of an earlier batch served those commands). The worker keeps its cached states of a
     partition only while the recorded position is the one it wrote itself: else another worker
     applied commands since. At the end the task records how far it got on each partition.
-    ``positions``: the recorded ones, when the caller has just read them.
+    ``positions``: the recorded ones, when the caller has just read them. ``stopping``: true
+    once the processor is stopping (serving then ends at once, and no bridge follows).
+
+    A serving task leaves a :class:`Bridge` serving on (``[processor] bridge_seconds``), which
+    the next task of this worker takes over first; a task of another worker waits for it.
     """
-    _LATE_COLLECTION.wait()  # the last task's, if it still runs: it re-enables the collector
-    collecting = gc.isenabled()
+    carried = _take_over(worker, topic)  # the bridge left by the last task, if any: stopped first
+    _LATE_COLLECTION.wait()  # the last task's, if it still runs: it re-enables the collector  # the last task's, if it still runs: it re-enables the collector
+    collecting = gc.isenabled() or _LATE_COLLECTION.owed
     gc.disable()  # see process_slices; here it is the cached states the collector would walk
     try:
-        return _run_task(worker, topic, ranges, serve_until, timeout_s, positions)
+        stats = _run_task(worker, topic, ranges, serve_until, timeout_s, positions, stopping,
+                          carried)
     finally:
         if collecting:
-            _LATE_COLLECTION.start()
+            if worker.bridge is not None:  # it runs the collection when it ends, if not taken over
+                _LATE_COLLECTION.owed = True
+            else:
+                _LATE_COLLECTION.owed = False
+                _LATE_COLLECTION.start()
+    return stats
 
 
 class _LateCollection:
@@ -912,10 +932,15 @@ class _LateCollection:
     takes 0.05-0.35 s; at the end of the task it held up the micro-batch, whose other tasks
     and the next batch waited for it.
     Run a moment later in a thread, it overlaps the driver's work between batches (the worker
-    waits for its next task meanwhile); a task that starts before it finished waits for it."""
+    waits for its next task meanwhile); a task that starts before it finished waits for it.
+    A task that leaves a bridge (only one that ends with fewer than :data:`GC_DEBT_OBJECTS`
+    young objects) collects and freezes them itself first; the collector then stays off while
+    the bridge serves and its re-enabling is ``owed``: the bridge runs the late collection when
+    it ends, unless a task took it over (that task then owes it)."""
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
+        self.owed = False
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="cqrs-late-collection", daemon=True)
@@ -936,19 +961,199 @@ class _LateCollection:
 
 _LATE_COLLECTION = _LateCollection()
 LATE_COLLECTION_DELAY_S = 0.02
+BRIDGE_STOP_EARLY_S = 0.2  # a bridge stops serving this long before its lease ends
+# young objects (gc.get_count()[0]) past which a task leaves no bridge: its boundary collects
+# them after it returned, as without bridges (see _LateCollection); below it, the task collects
+# them before its bridge starts (~1 ms per 10,000)
+GC_DEBT_OBJECTS = 100_000
+LEASE_MARGIN_S = 0.5  # a task of another worker waits this long past a bridge's lease
+LEASE_POLL_S = 0.02
+
+
+@attrs.define
+class _Serving:
+    """What a task (and the bridge after it) knows of its partitions while serving them."""
+
+    topic: str
+    consumer: Any
+    nxt: dict[int, int]  # the next offset to process, per partition
+    ends: dict[int, int]  # the planned ends
+    waiting: set[int]  # partitions whose planned range is not processed yet
+    served: set[int]
+    per_command: float = FIRST_GUESS_S  # wall time a command takes here, from the chunks so far
+
+
+def _serve(worker: Worker, sv: _Serving, serve_until: float | None, deadline: float,
+           timeout_s: float, stats: SliceStats, stop: Callable[[], bool] | None) -> None:
+    """Process the planned ranges, then serve what arrives until ``serve_until`` (or ``stop``)."""
+    from cqrs.kafka_io import take
+
+    topic, consumer, nxt, ends, waiting, served = (sv.topic, sv.consumer, sv.nxt, sv.ends,
+                                                   sv.waiting, sv.served)
+    while True:
+        f0 = time.perf_counter()
+        limit = CHUNK
+        if not waiting and serve_until is not None:
+            # serving: take what can be done by the deadline, so the batch's tasks end
+            # together (one that ran over would hold up the next batch, the others idle)
+            left = serve_until - time.monotonic()
+            limit = max(MIN_CHUNK, min(CHUNK, int(left / sv.per_command)))
+        got: dict[int, list[tuple[bytes | None, bytes | None, Any, int]]] = {}
+        for msg in take(consumer, limit, POLL_S):
+            err = msg.error()
+            if err is not None:
+                raise FetchError(f"reading {topic}[{msg.partition()}]: {err}")
+            p, offset = msg.partition(), msg.offset()
+            if p in nxt and offset >= nxt[p] and (serve_until is not None or offset < ends[p]):
+                got.setdefault(p, []).append((msg.key(), msg.value(), msg.headers(), offset))
+        stats.fetch_s += time.perf_counter() - f0
+        if got:
+            c0 = time.perf_counter()
+            stats.add(process_slices(worker, topic, {p: (m, nxt[p]) for p, m in got.items()},
+                                     wait=False, serving=served))
+            taken = sum(len(m) for m in got.values())
+            if taken >= MIN_CHUNK:  # a few commands' time is mostly a chunk's fixed costs
+                sv.per_command = (sv.per_command + (time.perf_counter() - c0) / taken) / 2
+            for p, messages in got.items():
+                nxt[p] = messages[-1][3] + 1
+        else:  # nothing came: write what the last slices (and the lanes) decided meanwhile
+            w0 = time.perf_counter()
+            if worker.lanes:
+                stats.add(process_slices(worker, topic, {}, wait=False, serving=served))
+            worker.finish_sent()
+            stats.write_s += time.perf_counter() - w0
+        for p in list(waiting):
+            if nxt[p] >= ends[p] or worker._position(topic, p) >= ends[p]:
+                waiting.discard(p)  # a gap at its end (e.g. a transaction marker) too
+        now = time.monotonic()
+        if not waiting and (serve_until is None or now >= serve_until or
+                            stop is not None and stop()):
+            break
+        if waiting and now > deadline:
+            raise FetchError(
+                f"could not read {topic} offsets {sorted(waiting)} up to "
+                f"{ {p: ends[p] for p in waiting} } within {timeout_s:.0f} s: is Kafka at "
+                f"{worker.cfg.kafka.bootstrap_servers} reachable and the topic intact?")
+
+
+def _settle_served(worker: Worker, sv: _Serving, stats: SliceStats) -> None:
+    """Write whatever the served partitions' slices and lanes decided, and wait for it."""
+    w0 = time.perf_counter()
+    if worker.lanes:
+        stats.add(process_slices(worker, sv.topic, {}, wait=False, serving=sv.served))
+    worker.finish_sent()
+    worker.settle()
+    stats.write_s += time.perf_counter() - w0
+
+
+def _positions_reached(worker: Worker, sv: _Serving, start: dict[int, int]) -> dict[int, Position]:
+    """Where the served partitions stand: a lane's first held command, else how far the
+    task got (only partitions that moved past ``start``)."""
+    moved = {}
+    for p in sv.served:
+        held = worker.lanes.first_held(p) if worker.lanes else None
+        if held is not None and held < sv.nxt[p]:  # a lane holds commands from there on
+            worker.cache.rewind(worker.part(sv.topic, p), held)
+            moved[p] = Position(held, worker.token + HELD_MARK)
+        elif sv.nxt[p] > start.get(p, -1):
+            moved[p] = Position(sv.nxt[p], worker.token)
+    return moved
+
+
+class Bridge:
+    """A serving task's work, going on in a thread of its worker after the task returned, so
+    that commands arriving between two micro-batches (Spark commits one, plans the next and
+    starts its tasks: 100-300 ms) are not held up by the boundary.
+
+    The task records its partitions' positions *bridged* (:func:`~cqrs.processor.state_table.bridged`:
+    its worker may serve past them until the lease ends). The next task of this worker stops
+    the bridge first and goes on from where the bridge got, with its cached states
+    (:func:`_take_over`); a task of another worker waits until the bridge recorded its final
+    positions, or its lease ended (:func:`_wait_for_bridges`). The bridge stops serving
+    :data:`BRIDGE_STOP_EARLY_S` before its lease, once the processor is stopping, or when taken
+    over; then it writes and waits for what it decided, and records plain positions.
+    Overlapping a late bridge is harmless: the state rows' fence makes a second writer of the
+    same commands write the same records (see the module doc)."""
+
+    def __init__(self, worker: Worker, sv: _Serving, until: float,
+                 stopping: Callable[[], bool] | None) -> None:
+        self.worker, self.sv, self.until = worker, sv, until
+        self.stopping = stopping
+        self.stats = SliceStats()
+        self.final: dict[int, Position] = {}  # the positions it recorded at its end
+        self.error: BaseException | None = None
+        self.taken = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="cqrs-bridge", daemon=True)
+
+    def _stop(self) -> bool:
+        return self.taken.is_set() or (self.stopping is not None and self.stopping())
+
+    def _run(self) -> None:
+        worker, sv = self.worker, self.sv
+        try:
+            _serve(worker, sv, self.until, float("inf"), 0.0, self.stats, self._stop)
+            _settle_served(worker, sv, self.stats)
+            self.final = _positions_reached(worker, sv, {})  # every served one: none bridged
+            worker.table.write_positions(worker.generation, sv.topic, self.final)
+        except BaseException as exc:  # the next task of this worker raises nothing: it starts over
+            worker.abandon()
+            self.final = {}
+            self.error = exc
+        finally:
+            if self.taken.is_set() and self.error is None:  # the task taking over may go on with it
+                worker.assigned = (sv.topic, {p: sv.nxt[p] for p in sv.served})
+            else:
+                with contextlib.suppress(Exception):
+                    sv.consumer.unassign()
+            if not self.taken.is_set() and _LATE_COLLECTION.owed:
+                _LATE_COLLECTION.owed = False
+                _LATE_COLLECTION.start()
+
+
+def _take_over(worker: Worker, topic: str) -> tuple[SliceStats, dict[int, Position]]:
+    """Stop the worker's bridge, if any, and wait for it: what it did (counted with the task
+    taking over) and the positions of ``topic`` it recorded (none when it failed: the task
+    then trusts no cache of its partitions, which the failure dropped)."""
+    bridge, worker.bridge = worker.bridge, None
+    if bridge is None:
+        return SliceStats(), {}
+    bridge.taken.set()
+    bridge.thread.join()
+    bridge.stats.bridged = bridge.stats.commands
+    if bridge.error is not None:
+        print(f"cqrs processor: the bridge of {bridge.sv.topic} {sorted(bridge.sv.served)} failed "
+              f"({type(bridge.error).__name__}: {bridge.error}); this task starts from the "
+              "recorded positions", file=sys.stderr, flush=True)
+    return bridge.stats, bridge.final if bridge.sv.topic == topic else {}
+
+
+def _wait_for_bridges(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
+                      positions: dict[int, Position]) -> dict[int, Position]:
+    """The positions once no partition of ``ranges`` is bridged by another worker (its bridge
+    recorded a plain position, or its lease and :data:`LEASE_MARGIN_S` passed)."""
+    while True:
+        now = time.time()
+        if not any((until := pos.lease_until) is not None and pos.owner != worker.token and
+                   now < until + LEASE_MARGIN_S
+                   for p in ranges if (pos := positions.get(p)) is not None):
+            return positions
+        time.sleep(LEASE_POLL_S)
+        positions = worker.table.positions(worker.generation, topic)
 
 
 def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
               serve_until: float | None, timeout_s: float,
-              positions: dict[int, Position] | None) -> SliceStats:
+              positions: dict[int, Position] | None, stopping: Callable[[], bool] | None,
+              carried: tuple[SliceStats, dict[int, Position]]) -> SliceStats:
     from confluent_kafka import TopicPartition
 
-    from cqrs.kafka_io import take
-
-    stats = SliceStats()
+    stats = carried[0]
     started = time.perf_counter()
     if positions is None:
         positions = worker.table.positions(worker.generation, topic)
+    waited = time.perf_counter()
+    positions = _wait_for_bridges(worker, topic, ranges, {**positions, **carried[1]})
+    stats.bridge_wait_s = time.perf_counter() - waited
     start: dict[int, int] = {}
     worker.cache.serving = {worker.part(topic, p) for p in ranges}
     for p, (planned, _) in ranges.items():
@@ -960,81 +1165,61 @@ def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
         start[p] = planned if pos is None else pos.next_offset if pos.held else \
             max(planned, pos.next_offset)
     ends = {p: end for p, (_, end) in ranges.items()}
-    served = set(ranges)
     nxt = dict(start)
     waiting = {p for p in ranges if nxt[p] < ends[p]}
-    if not waiting and serve_until is None:
-        return stats
     consumer = worker._consumer()
-    consumer.assign([TopicPartition(topic, p, nxt[p]) for p in ranges])
-    deadline = time.monotonic() + timeout_s
-    stats.fetch_s = time.perf_counter() - started
-    per_command = FIRST_GUESS_S  # wall time a command takes here, from the chunks so far
+    if not waiting and serve_until is None:
+        if worker.assigned is not None:
+            consumer.unassign()
+            worker.assigned = None
+        return stats
+    # the bridge just taken over leaves its consumer assigned where it got: a new assignment
+    # would make librdkafka start the partitions' fetches over (commands waited ~0.2 s)
+    if worker.assigned != (topic, nxt):
+        consumer.assign([TopicPartition(topic, p, nxt[p]) for p in ranges])
+    worker.assigned = None
+    sv = _Serving(topic, consumer, nxt, ends, waiting, set(ranges))
+    stats.fetch_s += time.perf_counter() - started - stats.bridge_wait_s
+    bridge_s = worker.cfg.processor.bridge_seconds
+    bridging = False
     try:
-        while True:
-            f0 = time.perf_counter()
-            limit = CHUNK
-            if not waiting and serve_until is not None:
-                # serving: take what can be done by the deadline, so the batch's tasks end
-                # together (one that ran over would hold up the next batch, the others idle)
-                left = serve_until - time.monotonic()
-                limit = max(MIN_CHUNK, min(CHUNK, int(left / per_command)))
-            got: dict[int, list[tuple[bytes | None, bytes | None, Any, int]]] = {}
-            for msg in take(consumer, limit, POLL_S):
-                err = msg.error()
-                if err is not None:
-                    raise FetchError(f"reading {topic}[{msg.partition()}]: {err}")
-                p, offset = msg.partition(), msg.offset()
-                if p in nxt and offset >= nxt[p] and (serve_until is not None or offset < ends[p]):
-                    got.setdefault(p, []).append((msg.key(), msg.value(), msg.headers(), offset))
-            stats.fetch_s += time.perf_counter() - f0
-            if got:
-                c0 = time.perf_counter()
-                stats.add(process_slices(worker, topic, {p: (m, nxt[p]) for p, m in got.items()},
-                                         wait=False, serving=served))
-                taken = sum(len(m) for m in got.values())
-                if taken >= MIN_CHUNK:  # a few commands' time is mostly a chunk's fixed costs
-                    per_command = (per_command + (time.perf_counter() - c0) / taken) / 2
-                for p, messages in got.items():
-                    nxt[p] = messages[-1][3] + 1
-            else:  # nothing came: write what the last slices (and the lanes) decided meanwhile
-                w0 = time.perf_counter()
-                if worker.lanes:
-                    stats.add(process_slices(worker, topic, {}, wait=False, serving=served))
-                worker.finish_sent()
-                stats.write_s += time.perf_counter() - w0
-            for p in list(waiting):
-                if nxt[p] >= ends[p] or worker._position(topic, p) >= ends[p]:
-                    waiting.discard(p)  # a gap at its end (e.g. a transaction marker) too
-            now = time.monotonic()
-            if not waiting and (serve_until is None or now >= serve_until):
-                break
-            if waiting and now > deadline:
-                raise FetchError(
-                    f"could not read {topic} offsets {sorted(waiting)} up to "
-                    f"{ {p: ends[p] for p in waiting} } within {timeout_s:.0f} s: is Kafka at "
-                    f"{worker.cfg.kafka.bootstrap_servers} reachable and the topic intact?")
-        w0 = time.perf_counter()
-        if worker.lanes:
-            stats.add(process_slices(worker, topic, {}, wait=False, serving=served))
-        worker.finish_sent()
-        worker.settle()
-        stats.write_s += time.perf_counter() - w0
+        _serve(worker, sv, serve_until, time.monotonic() + timeout_s, timeout_s, stats, stopping)
+        _settle_served(worker, sv, stats)
+        # a bridge defers the task's collection (see _LateCollection), up to a debt of young
+        # objects: then this boundary collects, as without bridges
+        bridging = (serve_until is not None and bridge_s > 0 and not worker.lanes and
+                    not (stopping is not None and stopping()) and
+                    gc.get_count()[0] < GC_DEBT_OBJECTS)
     except BaseException:
         worker.abandon()
         raise
     finally:
-        consumer.unassign()
+        if not bridging:
+            consumer.unassign()
     if worker.lanes:
-        _report_lanes(worker, served, stats)
-    moved = {}
-    for p in ranges:
-        held = worker.lanes.first_held(p) if worker.lanes else None
-        if held is not None and held < nxt[p]:  # a lane holds commands from there on
-            worker.cache.rewind(worker.part(topic, p), held)
-            moved[p] = Position(held, worker.token + HELD_MARK)
-        elif nxt[p] > start[p]:
-            moved[p] = Position(nxt[p], worker.token)
-    if moved:
-        worker.table.write_positions(worker.generation, topic, moved)
+        _report_lanes(worker, sv.served, stats)
+    moved = _positions_reached(worker, sv, start)
+    if bridging:  # every partition, so that a task of another worker waits for the bridge
+        lease = time.time() + bridge_s
+        moved = {p: Position(nxt[p], bridged(worker.token, lease)) for p in ranges}
+    try:
+        if moved:
+            worker.table.write_positions(worker.generation, topic, moved)
+    except BaseException:
+        if bridging:
+            consumer.unassign()
+        raise
+    if bridging:
+        # PySpark's daemon collects fully between two tasks of a worker (daemon.py), holding
+        # the GIL: over a task's young objects that stalled the bridge 0.1-0.4 s. Collected
+        # and frozen here (a few milliseconds: a bridge follows only a task that left few, see
+        # GC_DEBT_OBJECTS), they leave that collection nothing to walk.
+        g0 = time.perf_counter()
+        gc.collect()
+        gc.freeze()
+        stats.write_s += time.perf_counter() - g0
+        sv.ends, sv.waiting = dict(nxt), set()
+        worker.bridge = Bridge(worker, sv, time.monotonic() + bridge_s - BRIDGE_STOP_EARLY_S,
+                               stopping)
+        worker.bridge.thread.start()
     return stats

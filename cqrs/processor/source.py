@@ -32,6 +32,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -267,7 +268,9 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
         worker = worker_for(s.cfg, s.opts)
         positions = worker.table.positions(worker.generation, s.topic)
         ranges = claim_share(worker, partition, positions)
-        total = run_task(worker, s.topic, ranges, serve_until, positions=positions)
+        stop_file = s.stop_file
+        total = run_task(worker, s.topic, ranges, serve_until, positions=positions,
+                         stopping=None if stop_file is None else partial(os.path.exists, stop_file))
         yield tuple(getattr(total, f) for f in STATS_FIELDS)
 
     def commit(self, end: dict) -> None:

@@ -45,7 +45,7 @@ from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
 from cqrs.topics import AppTopics
 
-__all__ = ["HELD_MARK", "Position", "StateTable", "StateTableError", "StoredAggregate", "open_state_table",
+__all__ = ["BRIDGE_MARK", "HELD_MARK", "Position", "bridged", "StateTable", "StateTableError", "StoredAggregate", "open_state_table",
            "state_bucket", "state_table_name"]
 
 _UNSAFE = re.compile(r"[^a-z0-9_]")
@@ -97,10 +97,26 @@ class Position:
     @property
     def owner(self) -> str:
         """The worker that wrote it."""
-        return self.writer[:-len(HELD_MARK)] if self.held else self.writer
+        return self.writer.split("/", 1)[0]
+
+    @property
+    def lease_until(self) -> float | None:
+        """For a *bridged* position (``writer`` ends in :data:`BRIDGE_MARK` and a time): until
+        when (``time.time()``) its writer's worker may go on serving the partition past
+        ``next_offset`` (see :class:`cqrs.processor.partition.Bridge`); else None."""
+        mark = self.writer.find(BRIDGE_MARK)
+        if mark < 0:
+            return None
+        return int(self.writer[mark + len(BRIDGE_MARK):]) / 1000
 
 
 HELD_MARK = "/held"
+BRIDGE_MARK = "/bridge@"
+
+
+def bridged(writer: str, until: float) -> str:
+    """The writer of a bridged position: ``writer`` serves on until ``until`` (time.time())."""
+    return f"{writer}{BRIDGE_MARK}{int(until * 1000)}"
 
 
 def state_bucket(aggregate_id: str, buckets: int) -> int:

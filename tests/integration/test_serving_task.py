@@ -77,12 +77,14 @@ def test_a_serving_task_goes_on_past_its_range_and_the_next_starts_where_it_got(
     later.join()
     assert time.monotonic() - started >= 2.0  # it served until its time was up
     assert (served.commands, served.accepted, served.skipped) == (4, 4, 0)
-    assert fx.position() == Position(4, fx.worker.token)
+    pos = fx.position()  # bridged: the worker serves on until the next task takes over
+    assert (pos.next_offset, pos.owner) == (4, fx.worker.token) and pos.lease_until is not None
     assert _balance(fx, "acc-1") == (4, 6)
 
     # the next micro-batch plans (2, 4): those were served already, so nothing is re-read
     again = run_task(fx.worker, fx.topics.commands, {0: (planned, fx.end())})
     assert (again.commands, again.records) == (0, 0)
+    assert fx.position() == Position(4, fx.worker.token)  # the bridge ended: a plain position
 
     # the same worker goes on from its cache
     end = fx.send(("acc-1", Deposit(4)))
@@ -169,3 +171,43 @@ def test_tasks_that_claim_at_once_never_take_the_same_share(fx: Fixture, attempt
         for t in threads:
             t.join()
         assert sorted(p for share in taken for p in share) == [0, 1, 2, 3]
+
+
+def _results(fx: Fixture) -> list[bytes | None]:
+    return [r.key for r in read_to_end(fx.cfg, [fx.topics.results])]
+
+
+def test_a_bridge_serves_between_tasks_and_the_next_task_of_its_worker_takes_over(fx: Fixture) -> None:
+    """A serving task's worker goes on serving after the task returned (between two
+    micro-batches); the next task of that worker stops the bridge and counts what it did."""
+    end = fx.send(("acc-1", OpenAccount("ann")))
+    run_task(fx.worker, fx.topics.commands, {0: (0, end)}, time.monotonic() + 0.3)
+    pos = fx.position()
+    assert pos.owner == fx.worker.token and pos.lease_until is not None
+    assert pos.lease_until > time.time()
+    fx.send(("acc-1", Deposit(5)))  # no task runs now: the bridge answers it
+    deadline = time.monotonic() + 10
+    while len(_results(fx)) < 2:
+        assert time.monotonic() < deadline, "the bridge did not answer the command"
+        time.sleep(0.02)
+    took = run_task(fx.worker, fx.topics.commands, {0: (end, end)})  # the next micro-batch's task
+    assert (took.commands, took.accepted) == (1, 1)  # the bridge's command, counted with it
+    assert fx.position() == Position(end + 1, fx.worker.token)
+    assert _balance(fx, "acc-1") == (2, 5)
+    assert len(read_to_end(fx.cfg, [fx.topics.events])) == 2 and len(_results(fx)) == 2
+
+
+def test_a_task_of_another_worker_waits_for_the_bridge_and_goes_on_from_where_it_got(fx: Fixture) -> None:
+    end = fx.send(("acc-1", OpenAccount("ann")))
+    run_task(fx.worker, fx.topics.commands, {0: (0, end)}, time.monotonic() + 0.3)
+    end2 = fx.send(("acc-1", Deposit(5)))  # the bridge serves it, or the other worker does
+    other = fx.other_worker()
+    try:
+        theirs = run_task(other, fx.topics.commands, {0: (end, end2)})
+        pos = fx.position()
+        assert pos.lease_until is None and pos.next_offset == end2  # the bridge ended first
+        assert theirs.commands + (1 if pos.owner == fx.worker.token else 0) == 1
+    finally:
+        other.table.close()
+    assert _balance(fx, "acc-1") == (2, 5)
+    assert len(read_to_end(fx.cfg, [fx.topics.events])) == 2 and len(_results(fx)) == 2
