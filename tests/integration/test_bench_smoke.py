@@ -229,7 +229,7 @@ def test_every_bench_script_runs_at_a_tiny_size(cqrs_config: CqrsConfig, tmp_pat
 
 
 def test_the_report_redraws_a_results_file(tmp_path: Path) -> None:
-    """``bench/report.py`` on a results file of every kind of row: the table and the three
+    """``bench/report.py`` on a results file of every kind of row: the table and the four
     plots (the memory plot needs a throughput row of ours, which the smoke run above has not)."""
     _needs_the_bench_extra()
     memory = {"jvm_mib": 400.0, "workers_mib": 700.0, "workers": 4, "driver_mib": 150.0}
@@ -255,7 +255,10 @@ def test_the_report_redraws_a_results_file(tmp_path: Path) -> None:
     out = _bench(["bench/report.py", str(sample), "--img-dir", str(tmp_path)], dict(os.environ), 120)
     assert "| cqrs | 1,000 commands, 10 aggregates |" in out and "failed: RuntimeError: boom" in out
     assert {p.name for p in tmp_path.glob("*.png")} == {
-        "processor-throughput.png", "processor-latency.png", "processor-memory.png"}
+        "processor-throughput.png", "processor-latency.png", "processor-latency-time.png",
+        "processor-memory.png"}
+    # the latency figure gives the distribution from every round trip where there are some
+    assert "**p50 100 ms**, p90" in out and "p99.9" in out
 
 
 # ---- bench/kstreams.py: what it reads from the Kafka Streams peer, on a sample of its output
