@@ -30,7 +30,7 @@ from cqrs.codec.single_object import MAGIC
 from cqrs.config import DEFAULT_MAX_RECORD_BYTES, CqrsConfig
 from cqrs.envelope import CONTENT_TYPE, MAX_STATE_KEY_BYTES, from_kafka, record_size
 from cqrs.errors import CqrsError
-from cqrs.kafka_io import KafkaRecord, make_consumer, make_producer, read_to_end, take
+from cqrs.kafka_io import KafkaRecord, make_producer, read_to_end, take
 from cqrs.results import CommandResult
 from cqrs.topics import AppTopics, ensure_topics, topics_for
 
@@ -40,7 +40,7 @@ from bad_inputs_app import (  # noqa: E402
     Blow, Crash, NotEvents, SendForeign, Sleep, Tick, Ticked, Write, Written, app,
 )
 from process_group import stop
-from waiting import wait_for
+from waiting import topic_from_start, wait_for
 
 APP_REF = "bad_inputs_app:app"
 WAIT = 120.0
@@ -120,14 +120,8 @@ class Running:
 
     def _hear(self, timeout: float) -> None:
         """Add the results the consumer has now (waiting up to ``timeout`` for the first)."""
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
         if self.results_consumer is None:
-            self.results_consumer = make_consumer(self.cfg)
-            topic = self.topics.results
-            found = self.results_consumer.list_topics(topic, timeout=10).topics[topic]
-            self.results_consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)
-                                          for p in found.partitions])
+            self.results_consumer = topic_from_start(self.cfg, self.topics.results)
         for msg in take(self.results_consumer, 10_000, timeout):
             if msg.error():
                 continue

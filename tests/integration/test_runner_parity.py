@@ -36,7 +36,7 @@ import pytest
 from cqrs.client.encoding import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.deadletters import parse_dead_letter
-from cqrs.kafka_io import KafkaRecord, make_consumer, make_producer, read_to_end, take
+from cqrs.kafka_io import KafkaRecord, make_producer, read_to_end, take
 from cqrs.processor.state import StateReader
 from cqrs.results import CommandResult
 from cqrs.testing.runner import LocalRunner
@@ -50,6 +50,7 @@ sys.path.insert(0, str(APPS))
 import flaky_app  # noqa: E402
 import parity_app  # noqa: E402
 from ports import free_port  # noqa: E402
+from waiting import topic_from_start  # noqa: E402
 from flaky_app import ServiceUnavailable  # noqa: E402
 from parity_app import app  # noqa: E402
 
@@ -241,8 +242,6 @@ def run_on_stack(stack: Stack, ops: list[Op], steps: Steps) -> Outcome:
     """The sequence on the real stack, each command encoded as the client encodes it (the same
     id and time as on the runner), the next one sent once every answer the runner gave by then
     is there too."""
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
     set_flags(ops)
     codec = app.codec
     producer = make_producer(stack.cfg)
@@ -251,10 +250,7 @@ def run_on_stack(stack: Stack, ops: list[Op], steps: Steps) -> Outcome:
     # one consumer on every partition of the results topic for the whole sequence: it hears an
     # answer as the broker has it (a read of the topic to its end every 50 ms, a consumer made
     # and closed each time, heard it up to ~0.1 s later and kept a core busier meanwhile)
-    results = make_consumer(stack.cfg)
-    partitions = results.list_topics(stack.topics.results, timeout=10).topics[stack.topics.results]
-    results.assign([TopicPartition(stack.topics.results, p, OFFSET_BEGINNING)
-                    for p in partitions.partitions])
+    results = topic_from_start(stack.cfg, stack.topics.results)
     try:
         for n, (op, when, want) in enumerate(zip(ops, steps.times, steps.answered, strict=True)):
             _, key, value, headers = encode_command(app, op.aggregate_id, op.command,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["micro_batches_begun", "table_exists", "wait_for"]
+__all__ = ["micro_batches_begun", "table_exists", "topic_from_start", "wait_for"]
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0,
@@ -21,6 +21,20 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0,
             return found
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{log()}")
+
+
+def topic_from_start(cfg: Any, topic: str) -> Any:
+    """A consumer assigned to every partition of ``topic`` from its start, to hear records as
+    the broker has them (``cqrs.kafka_io.take``) instead of reading the topic to its end again
+    and again; the caller closes it."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    from cqrs.kafka_io import make_consumer
+
+    consumer = make_consumer(cfg)
+    found = consumer.list_topics(topic, timeout=10).topics[topic]
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in found.partitions])
+    return consumer
 
 
 def table_exists(cfg: Any, table: str) -> bool:
