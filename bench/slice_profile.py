@@ -119,7 +119,7 @@ def profile_slices(cfg: CqrsConfig, args: argparse.Namespace, bank: Bank) -> Non
     print(f"CPU per command: tasks {task_cpu[0] * us:.1f} us, of which slices {stats.cpu_s * us:.1f} us "
           f"(wall per command: fetch {stats.fetch_s * us:.1f}, read {stats.read_s * us:.1f}, step {stats.step_s * us:.1f}, "
           f"produce {stats.produce_s * us:.1f}, write {stats.write_s * us:.1f} us); cache hits "
-          f"{stats.cache_hits:,}, state reads {stats.state_reads:,}")
+          f"{stats.cache_hits:,} (packed {stats.store_hits:,}), state reads {stats.state_reads:,}")
     if profile is not None:
         print("(times under cProfile, about 2x the real ones)")
         pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)

@@ -407,6 +407,13 @@ class ProcessorSettings:
         "Aggregates whose state each Python worker keeps between micro-batches (0: none); a "
         "cached state is used only while the worker saw its partition's previous commands.",
     )
+    state_store_mib: int = setting(
+        512, "CQRS_PROCESSOR_STATE_STORE_MIB",
+        "Megabytes of states each Python worker keeps packed (as it wrote them to the state "
+        "table, a few hundred bytes each) once they leave its decoded cache, so that a large "
+        "key space is served from memory instead of read back from Cassandra; valid under the "
+        "same rule as the cache (0: none).",
+    )
     read_consistency: str = setting(
         "LOCAL_QUORUM", "CQRS_PROCESSOR_READ_CONSISTENCY",
         "Cassandra consistency of aggregate-state reads.",

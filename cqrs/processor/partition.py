@@ -94,6 +94,7 @@ class SliceStats:
     failed: int = 0
     dead_letters: int = 0
     cache_hits: int = 0
+    store_hits: int = 0  # states found packed in the worker's store (not decoded, not read)
     state_reads: int = 0
     subject_keys: int = 0  # data subjects whose keys were looked up at once, before deciding
     stale_states: int = 0  # cached states dropped: their subject's key changed (forgotten)
@@ -142,7 +143,11 @@ class _Cached:
 
 
 class States(collections.OrderedDict[tuple[str, str], _Cached]):
-    """The cached states of one commands-topic partition, least recently used first.
+    """The cached states of one commands-topic partition, least recently used first; and in
+    :attr:`packed`, those evicted from it, as the rows the worker wrote them
+    (:meth:`~cqrs.processor.state_table.StoredAggregate.packed`, a few hundred bytes each
+    instead of a decoded aggregate's few thousand), oldest first. A state is in one or the
+    other, never both: a slice takes it out of the packed ones to decide on it.
 
     ``vouched``: for an app with personal fields, the key cache's drops count (see
     :attr:`~cqrs.personal.keys.KeyCache.drops`) under which every state here whose subject has
@@ -153,16 +158,61 @@ class States(collections.OrderedDict[tuple[str, str], _Cached]):
 
     vouched: int | None = None
 
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.packed: dict[tuple[str, str], bytes] = {}
+        self.packed_bytes = 0  # their lengths, plus PACKED_OVERHEAD each
+
+    def keep(self, key: tuple[str, str], stored: StoredAggregate) -> None:
+        """Keep ``stored`` (a state evicted from the decoded ones) packed."""
+        blob = stored.packed()
+        old = self.packed.pop(key, None)
+        if old is not None:
+            self.packed_bytes -= len(old) + PACKED_OVERHEAD
+        self.packed[key] = blob
+        self.packed_bytes += len(blob) + PACKED_OVERHEAD
+
+    def unpack(self, key: tuple[str, str]) -> StoredAggregate | None:
+        """The packed state of ``key``, taken out of the packed ones (None: not kept)."""
+        blob = self.packed.pop(key, None)
+        if blob is None:
+            return None
+        self.packed_bytes -= len(blob) + PACKED_OVERHEAD
+        return StoredAggregate.unpacked(key[1], key[0], blob)
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """Neither the decoded nor the packed state of ``key`` (a lane has it now)."""
+        self.pop(key, None)
+        if self.packed:
+            self.unpack(key)
+
+    def shed(self, over: int) -> int:
+        """Drop the oldest packed states until ``over`` bytes are freed; the bytes freed."""
+        freed = 0
+        packed = self.packed
+        while freed < over and packed:
+            freed += len(packed.pop(next(iter(packed)))) + PACKED_OVERHEAD
+        self.packed_bytes -= freed
+        return freed
+
+
+# what a packed state holds in memory beyond its bytes: the bytes object's header, its share of
+# the dict, the key (a tuple of the type and id strings)
+PACKED_OVERHEAD = 200
+
 
 class StateCache:
     """The states a worker wrote, per commands-topic partition, valid for a slice only when the
     slice starts where the worker's last slice of that partition ended (nobody else can have
-    applied commands of the partition in between). Bounded: partitions the running task does
-    not serve go first, the one put longest ago first (most likely another worker's by now),
-    then the least recently used states of the partition being put."""
+    applied commands of the partition in between): the worker's local state store. Bounded:
+    ``capacity`` decoded states, ``store_bytes`` of packed ones (see :class:`States`).
+    Partitions the running task does not serve go first, the one put longest ago first (most
+    likely another worker's by now); then the least recently used decoded states of the
+    partition being put are packed, and its oldest packed ones dropped."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, store_bytes: int = 0) -> None:
         self.capacity = capacity
+        self.store_bytes = store_bytes
         self.serving: set[Any] = set()  # partitions of the running task: evicted last
         self._parts: dict[Any, tuple[int, States]] = {}
 
@@ -179,14 +229,28 @@ class StateCache:
             return
         self._parts.pop(part, None)
         total = sum(len(e) for _, e in self._parts.values()) + len(entries)
+        packed = sum(e.packed_bytes for _, e in self._parts.values())
         if total > self.capacity:  # partitions the running task does not serve, oldest first
             for other in [p for p in self._parts if p not in self.serving]:
-                total -= len(self._parts.pop(other)[1])
+                gone = self._parts.pop(other)[1]
+                total -= len(gone)
+                packed -= gone.packed_bytes
                 if total <= self.capacity:
                     break
+        keep = self.store_bytes > 0
         while total > self.capacity and entries:
-            entries.popitem(last=False)
+            key, evicted = entries.popitem(last=False)
+            if keep:
+                entries.keep(key, evicted.stored)
             total -= 1
+        over = packed + entries.packed_bytes - self.store_bytes
+        if over > 0:
+            for other in [p for p in self._parts if p not in self.serving]:
+                over -= self._parts[other][1].shed(over)
+                if over <= 0:
+                    break
+            if over > 0:
+                entries.shed(over)
         self._parts[part] = (next_offset, entries)
 
     def drop(self, part: Any) -> None:
@@ -261,7 +325,8 @@ class Worker:
         self.table = table
         self.generation = generation
         self.producer = producer
-        self.cache = StateCache(cfg.processor.state_cache_aggregates)
+        self.cache = StateCache(cfg.processor.state_cache_aggregates,
+                                cfg.processor.state_store_mib << 20)
         self.token = uuid.uuid4().hex  # names this worker in the positions it writes
         # state writes started, with the cached partitions and aggregate ids they cover
         self.in_flight: list[tuple[Callable[[], object], list[tuple[Any, ...]], set[str]]] = []
@@ -457,14 +522,25 @@ def process_slices(worker: Worker, topic: str,
         _return_from_lanes(worker, grouped, back)
         if worker.lanes:
             _route_to_lanes(worker, grouped)
-        # 2. state of every aggregate of the slices: the cache, else the table (one read)
+        # 2. state of every aggregate of the slices: the cache (decoded, else packed: as if
+        # read), else the table (one read)
         t0 = time.perf_counter()
+        stored: dict[tuple[str, str], StoredAggregate] = {}
+        for g in grouped:
+            if g.cache.packed:
+                unpack, decoded = g.cache.unpack, g.cache
+                for k in g.groups:
+                    if k not in decoded and (found := unpack(k)) is not None:  # type: ignore[arg-type]
+                        stored[k] = found  # type: ignore[index]
+        stats.store_hits += len(stored)
         wanted = {k[1] for g in grouped for k in g.groups
-                  if k[1] is not None and k[0] is not None and k not in g.cache}
+                  if k[1] is not None and k[0] is not None and k not in g.cache and k not in stored}
         if wanted and worker.unwritten(wanted):  # the table may hold an older row of one
             worker.finish_sent()
             worker.settle()
-        stored = worker.table.read(worker.generation, sorted(wanted)) if wanted else {}
+        if wanted:  # of an id, the types the store had are the store's
+            for k, row in worker.table.read(worker.generation, sorted(wanted)).items():
+                stored.setdefault(k, row)
         stats.state_reads += len(wanted)
         loaded: dict[tuple[str, str], AggregateRecord] = {}
         keys: dict[str, Any] | None = None
@@ -636,6 +712,7 @@ def _return_from_lanes(worker: Worker, grouped: list[_Grouped],
         if cache is None:
             cache = worker.cache.entries(part)
         if cache is not None:
+            cache.forget(lane.key)
             cache[lane.key] = cached
             cache.vouched = None  # its key id is not known
 
@@ -804,7 +881,7 @@ def _decide(worker: Worker, grouped: list[_Grouped],
         lane = Lane(item.key, g.part[3], item.row, item.record, item.decoded, watch, thread,
                     list(item.records))
         worker.lanes.by_key[item.key] = lane
-        g.cache.pop(item.key, None)  # the lane has its state now
+        g.cache.forget(item.key)  # the lane has its state now
         return lane
 
     slow_s = worker.cfg.processor.slow_decision_s

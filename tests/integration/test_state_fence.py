@@ -96,6 +96,23 @@ def test_the_cache_is_used_only_after_the_partitions_previous_slice(fx: Fixture)
     assert _balance(fx, "acc-1") == (3, 3)
 
 
+def test_states_evicted_from_the_cache_are_kept_packed_and_not_read_again(fx: Fixture) -> None:
+    """With one decoded state cached, the others are kept packed (the worker's store): the next
+    slice finds them there, not in the table, and decides on the states a read would give; a
+    gap (another worker's commands in between) drops both."""
+    fx.worker.cache.capacity = 1
+    fx.run(fx.slice(("acc-1", OpenAccount("ann")), ("acc-2", OpenAccount("bob")),
+                    ("acc-3", OpenAccount("cy"))))
+    later = fx.run(fx.slice(("acc-1", Deposit(5)), ("acc-2", Deposit(6)), ("acc-3", Deposit(7))))
+    assert (later.cache_hits, later.store_hits, later.state_reads, later.accepted) == (1, 2, 0, 3)
+    again = fx.run(fx.slice(("acc-2", Deposit(1)), ("acc-3", Deposit(1))))
+    assert (again.cache_hits, again.store_hits, again.state_reads) == (1, 1, 0)
+    fx.offset += 10
+    gap = fx.run(fx.slice(("acc-1", Deposit(1)), ("acc-2", Deposit(1))))
+    assert (gap.cache_hits, gap.store_hits, gap.state_reads) == (0, 0, 2)
+    assert [_balance(fx, a) for a in ("acc-1", "acc-2", "acc-3")] == [(3, 6), (4, 8), (3, 8)]
+
+
 def test_large_rows_are_written_in_batches_cassandra_accepts(fx: Fixture) -> None:
     """Rows with a long de-duplication memory are large: a batch of 32 of them would pass
     Cassandra's batch size limit (640 KiB here, 50 KiB by default), so batches are cut by size."""
@@ -157,7 +174,8 @@ def test_a_generation_keeps_the_bucket_count_it_was_made_with(fx: Fixture) -> No
 
 
 def test_a_table_of_the_earlier_layout_is_refused_with_what_to_do(fx: Fixture) -> None:
-    """A state table written before buckets (one partition per aggregate) is not misread."""
+    """A state table of an earlier layout (one partition per aggregate; a column per field) is
+    not misread."""
     from cqrs.processor.state_table import StateTable, StateTableError, state_table_name
 
     table = fx.worker.table
@@ -166,8 +184,16 @@ def test_a_table_of_the_earlier_layout_is_refused_with_what_to_do(fx: Fixture) -
         f"CREATE TABLE {state_table_name(old.app_name, 1)} (aggregate_id text, aggregate_type "
         "text, version bigint, deleted boolean, record blob, source_partition int, applied_offset "
         "bigint, commands bigint, PRIMARY KEY ((aggregate_id), aggregate_type))")
-    with pytest.raises(StateTableError, match="earlier cqrs version.*cqrs rebuild-state"):
+    with pytest.raises(StateTableError, match="earlier cqrs version.*no bucket.*cqrs rebuild-state"):
         old.ensure(1)
+    columns = StateTable(table.cassandra, table.app_name + "_columns")  # bucketed, unpacked
+    table.cassandra.execute(
+        f"CREATE TABLE {state_table_name(columns.app_name, 1)} (bucket int, aggregate_id text, "
+        "aggregate_type text, version bigint, deleted boolean, record blob, source_partition int, "
+        "applied_offset bigint, commands bigint, PRIMARY KEY ((bucket), aggregate_id, "
+        "aggregate_type))")
+    with pytest.raises(StateTableError, match="earlier cqrs version.*packed.*cqrs rebuild-state"):
+        columns.ensure(1)
     with pytest.raises(StateTableError, match="bucket"):
         StateTable(table.cassandra, table.app_name, buckets=0)
 
@@ -178,7 +204,8 @@ def test_a_slice_never_reads_a_row_its_worker_has_not_written_yet(fx: Fixture) -
     written, never as the older row (or none) the table still holds."""
     from cqrs.processor.partition import process_slices
 
-    fx.worker.cache.capacity = 1  # acc-1 does not stay cached
+    fx.worker.cache.capacity = 1  # acc-1 does not stay cached, nor packed
+    fx.worker.cache.store_bytes = 0
     opened = fx.slice(("acc-1", OpenAccount("ann")), ("acc-2", OpenAccount("bob")))
     process_slices(fx.worker, fx.topics.commands, {0: (opened, None)}, wait=False)
     assert fx.worker.sent is not None  # records sent, rows not written
