@@ -2,8 +2,8 @@
 command and read its figures into rows of ``bench/processor.py``'s table.
 
 ``./run-bench.sh`` starts the peer's own Kafka (127.0.0.1:29092) when none runs and stops it
-at the end; it runs 1,000 and 100,000 aggregates (100,000 deposits each) and the 500/s, 30 s
-latency case, and prints one JSON line per run (also appended to its ``run/results.jsonl``).
+at the end; it runs 1,000 and 100,000 aggregates (or the ``aggregates`` given, its
+``AGGREGATES``; max(N, 100,000) deposits each) and the 500/s, 30 s latency case, and prints one JSON line per run (also appended to its ``run/results.jsonl``).
 Never run it while our processor runs: the two would share the two cores.
 
     python bench/kstreams.py run/results.jsonl      # parse a results file, print the rows
@@ -70,9 +70,11 @@ def kstreams_rows(records: list[dict[str, Any]], loadavg: list[float] | None) ->
     return [to_row(r, loadavg) for r in records]
 
 
-def run_kstreams(peer_dir: Path = DEFAULT_DIR, timeout_s: float = 1800) -> list[dict[str, Any]]:
+def run_kstreams(peer_dir: Path = DEFAULT_DIR, timeout_s: float = 1800,
+                 aggregates: Iterable[int] | None = None) -> list[dict[str, Any]]:
     """Run ``./run-bench.sh`` in ``peer_dir`` (its progress on our stderr) and return its records,
-    each with the load average noted before its run (``loadavg``).
+    each with the load average noted before its run (``loadavg``). ``aggregates``: the sizes of
+    its throughput runs (default: its own, 1,000 and 100,000).
 
     Its stdout is read line by line as it comes, so a run that fails half-way still gives the
     records printed before; a non-zero exit is reported after them.
@@ -83,8 +85,11 @@ def run_kstreams(peer_dir: Path = DEFAULT_DIR, timeout_s: float = 1800) -> list[
     results_file = peer_dir / "run" / "results.jsonl"
     offset = results_file.stat().st_size if results_file.exists() else 0
     started = time.monotonic()
+    env = dict(os.environ)
+    if aggregates is not None:
+        env["AGGREGATES"] = " ".join(str(n) for n in aggregates)
     proc = subprocess.Popen(["./run-bench.sh"], cwd=peer_dir, stdout=subprocess.PIPE,
-                            stderr=sys.stderr, text=True)
+                            stderr=sys.stderr, text=True, env=env)
     # our own child, by its handle; its EXIT trap stops what it started
     timer = threading.Timer(timeout_s, proc.terminate)
     timer.start()

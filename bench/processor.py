@@ -364,9 +364,11 @@ def peer_rows(rows: list[Row], aggregates: list[int], commands: int | None, snap
             attempt(rows, system, "throughput", run, aggregates=n, commands=m)
 
 
-def kstreams_run(peer_dir: Path) -> list[Row]:
-    load = announce(f"kafka streams: {peer_dir}/run-bench.sh (its own Kafka on 29092; ~2 min)")
-    records = run_kstreams(peer_dir)
+def kstreams_run(peer_dir: Path, aggregates: list[int]) -> list[Row]:
+    """The peer at the same sizes as ours (its AGGREGATES), and its latency run."""
+    load = announce(f"kafka streams: AGGREGATES=\"{' '.join(map(str, aggregates))}\" "
+                    f"{peer_dir}/run-bench.sh (its own Kafka on 29092; 2 min, more at 1,000,000)")
+    records = run_kstreams(peer_dir, timeout_s=3600, aggregates=aggregates)
     if not records:
         raise RuntimeError("./run-bench.sh printed no result line")
     return kstreams_rows(records, load)
@@ -567,7 +569,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.peers and not args.no_throughput:
         peer_rows(rows, args.peer_aggregates, args.commands, args.peer_snapshot_interval)
     if args.with_kstreams:
-        attempt(rows, "kafka streams", "run", partial(kstreams_run, args.kstreams_dir))
+        attempt(rows, "kafka streams", "run", partial(kstreams_run, args.kstreams_dir, args.aggregates))
     print("\n## Summary\n\n" + summary_table(rows) + "\n", flush=True)
     path = write_results(meta, rows, args.results_dir)
     print(f"figures: {path}", flush=True)
