@@ -984,7 +984,7 @@ def run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
     the next task of this worker takes over first; a task of another worker waits for it.
     """
     carried = _take_over(worker, topic)  # the bridge left by the last task, if any: stopped first
-    _LATE_COLLECTION.wait()  # the last task's, if it still runs: it re-enables the collector  # the last task's, if it still runs: it re-enables the collector
+    _LATE_COLLECTION.wait()  # the last task's, if it still runs: it re-enables the collector
     collecting = gc.isenabled() or _LATE_COLLECTION.owed
     gc.disable()  # see process_slices; here it is the cached states the collector would walk
     try:
@@ -996,6 +996,8 @@ def run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
                 _LATE_COLLECTION.owed = True
             else:
                 _LATE_COLLECTION.owed = False
+                if gc.get_count()[0] >= GC_DEBT_OBJECTS:
+                    _LATE_COLLECTION.defer()
                 _LATE_COLLECTION.start()
     return stats
 
@@ -1013,20 +1015,42 @@ class _LateCollection:
     A task that leaves a bridge (only one that ends with fewer than :data:`GC_DEBT_OBJECTS`
     young objects) collects and freezes them itself first; the collector then stays off while
     the bridge serves and its re-enabling is ``owed``: the bridge runs the late collection when
-    it ends, unless a task took it over (that task then owes it)."""
+    it ends, unless a task took it over (that task then owes it).
+
+    But PySpark's daemon collects fully between two tasks of a worker (``daemon.py``), at once:
+    over the 350,000-530,000 young objects a throughput task leaves at 300,000 aggregates, that
+    took the worker 0.33-0.58 s of CPU a task (~15 % of its time). A task that ends with more
+    than :data:`GC_DEBT_OBJECTS` of them (:meth:`defer`) freezes them all, uncollected: its
+    garbage (reference cycles of the Cassandra driver's request futures, 5,000-12,000 objects
+    a task, ~1 MB) is frozen with them, and reclaimed every :data:`RECLAIM_AFTER_DEFERRED`
+    such tasks by a full collection of everything, in the late collection's thread."""
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self.owed = False
+        self.deferred = 0  # tasks whose young objects were frozen uncollected since a reclaim
+
+    def defer(self) -> None:
+        """Freeze the young objects now, uncollected (see the class doc)."""
+        gc.freeze()
+        self.deferred += 1
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="cqrs-late-collection", daemon=True)
+        reclaim = self.deferred >= RECLAIM_AFTER_DEFERRED
+        if reclaim:
+            self.deferred = 0
+        self._thread = threading.Thread(target=self._run, args=(reclaim,),
+                                        name="cqrs-late-collection", daemon=True)
         self._thread.start()
 
     @staticmethod
-    def _run() -> None:
+    def _run(reclaim: bool = False) -> None:
         time.sleep(LATE_COLLECTION_DELAY_S)  # let the task's answer reach Spark first
-        gc.collect(1)  # young garbage first: what the task leaves is frozen
+        if reclaim:  # the garbage frozen with deferred tasks' objects: everything walked once
+            gc.unfreeze()
+            gc.collect()
+        else:
+            gc.collect(1)  # young garbage first: what the task leaves is frozen
         gc.freeze()
         gc.enable()
 
@@ -1043,6 +1067,10 @@ BRIDGE_STOP_EARLY_S = 0.2  # a bridge stops serving this long before its lease e
 # them after it returned, as without bridges (see _LateCollection); below it, the task collects
 # them before its bridge starts (5-24 ms for the 12,000-15,000 of a 500/s run's task)
 GC_DEBT_OBJECTS = 100_000
+# tasks frozen uncollected (see _LateCollection.defer) between two full collections: ~1 MB of
+# garbage each, against a full collection of the worker's heap (~0.5-1.5 s of CPU with a
+# million states) each time
+RECLAIM_AFTER_DEFERRED = 32
 LEASE_MARGIN_S = 0.5  # a task of another worker waits this long past a bridge's lease
 LEASE_POLL_S = 0.02
 
