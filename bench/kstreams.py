@@ -3,7 +3,8 @@ command and read its figures into rows of ``bench/processor.py``'s table.
 
 ``./run-bench.sh`` starts the peer's own Kafka (127.0.0.1:29092) when none runs and stops it
 at the end; it runs 1,000 and 100,000 aggregates (or the ``aggregates`` given, its
-``AGGREGATES``; max(N, 100,000) deposits each) and the 500/s, 30 s latency case, and prints one JSON line per run (also appended to its ``run/results.jsonl``).
+``AGGREGATES``; max(N, 100,000) deposits each) and the 500/s, 30 s latency case, and prints
+one JSON line per run (also appended to its ``run/results.jsonl``).
 Never run it while our processor runs: the two would share the two cores.
 
     python bench/kstreams.py run/results.jsonl      # parse a results file, print the rows

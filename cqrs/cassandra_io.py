@@ -19,7 +19,7 @@ from cqrs.config import CassandraSettings
 from cqrs.errors import CqrsError
 
 __all__ = ["CQL_PROTOCOL_VERSION", "MAX_BATCH_BYTES", "CassandraSession", "CassandraUnavailableError",
-           "InvalidIdentifierError", "consistency_level", "cql_bigint", "cql_boolean", "cql_cluster",
+           "InvalidIdentifierError", "consistency_level", "cql_bigint", "cql_cluster",
            "cql_int", "identifier", "quote", "replication_map"]
 
 CQL_PROTOCOL_VERSION = 4
@@ -46,12 +46,6 @@ MAX_BATCH_BYTES = 40_000
 
 cql_int = struct.Struct(">i").pack  # CQL int, serialized (see start_writing_partitions)
 cql_bigint = struct.Struct(">q").pack  # CQL bigint
-_TRUE, _FALSE = b"\x01", b"\x00"
-
-
-def cql_boolean(value: bool) -> bytes:
-    """CQL boolean, serialized."""
-    return _TRUE if value else _FALSE
 
 
 class CassandraUnavailableError(CqrsError, RuntimeError):
@@ -395,7 +389,7 @@ class CassandraSession:
                                  sizes: Sequence[Sequence[int]]) -> Callable[[], list[Any]]:
         """Write rows given per Cassandra partition: ``rows[k]`` the rows of one partition, each
         the values of ``stmt``'s markers already serialized in CQL's binary form (see
-        :data:`cql_int`, :data:`cql_bigint`, :func:`cql_boolean`; text as UTF-8), ``sizes[k]``
+        :data:`cql_int`, :data:`cql_bigint`; text as UTF-8), ``sizes[k]``
         their bytes. Unlogged batches of one partition each (see :meth:`_split`), or a request
         per row; call what this returns to wait.
 

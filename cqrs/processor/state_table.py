@@ -57,8 +57,8 @@ _UNSAFE = re.compile(r"[^a-z0-9_]")
 CLAIMS_TTL_S = 86_400  # a micro-batch's claims outlive any re-run of it
 CLAIM_ATTEMPTS = 4
 T = TypeVar("T")
-_LAYOUT = {"bucket", "aggregate_id", "aggregate_type", "state"}  # a generation's columns
 _COLUMNS = ("aggregate_id", "aggregate_type", "state")
+_LAYOUT = {"bucket", *_COLUMNS}  # a generation's columns
 # a packed state: format, version, deleted, source partition, applied offset, commands; then
 # the record
 _PACKED = struct.Struct(">BqBiqq")
