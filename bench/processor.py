@@ -198,8 +198,9 @@ class SliceTotals:
         us = 1e6 / max(t.commands, 1)
         print(f"  slices: {t.commands:,} commands, cache hits {t.cache_hits:,} (packed "
               f"{t.store_hits:,}), state reads {t.state_reads:,}; per command: worker CPU "
-              f"{t.cpu_s * us:.0f} us, wall read {t.read_s * us:.0f}, step {t.step_s * us:.0f}, produce {t.produce_s * us:.0f}, "
-              f"write {t.write_s * us:.0f} us; decided by bridges {t.bridged:,}, waited for "
+              f"{t.cpu_s * us:.0f} us, wall read {t.read_s * us:.0f}, step {t.step_s * us:.0f}, "
+              f"produce {t.produce_s * us:.0f}, write {t.write_s * us:.0f} us; decided by "
+              f"bridges {t.bridged:,}, waited for "
               f"another worker's bridge {t.bridge_wait_s:.2f} s", flush=True)
         return {"commands": t.commands, "cache_hits": t.cache_hits, "store_hits": t.store_hits,
                 "state_reads": t.state_reads,

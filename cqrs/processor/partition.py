@@ -8,10 +8,11 @@ and processes what it reads in chunks, all of the task's partitions at once
 1. group the commands by aggregate (a partition holds every command of its aggregates);
 2. read the state of all the chunk's aggregates at once: from this worker's cache (decoded,
    else packed as written: :class:`States`) when it processed the partition's previous
-   commands itself, else from the state table (``IN`` reads); commands at or below an aggregate's ``applied_offset`` were applied already (a
-   re-run batch) and are skipped. An app with personal fields then asks the key store for
-   the keys of all the chunk's data subjects at once, and drops the cached states of
-   subjects forgotten since (:func:`_batch_keys`);
+   commands itself, else from the state table (``IN`` reads); commands at or below an
+   aggregate's ``applied_offset`` were applied already (a re-run batch) and are skipped.
+   An app with personal fields then asks the key store for the keys of all the chunk's data
+   subjects at once, and drops the cached states of subjects forgotten since
+   (:func:`_batch_keys`);
 3. run the shared :class:`~cqrs.processor.step.AggregateStep` per aggregate;
 4. write events, results and dead letters to Kafka and wait until every one is acknowledged;
 5. only then write the new state rows (``USING TIMESTAMP`` their command count, so a stale
