@@ -29,6 +29,7 @@ __all__ = [
     "CommandResult",
     "ResultHead",
     "ConversationOutcome",
+    "accepted_seen",
     "SeenCommand",
     "expand_seen",
     "kept_indices",
@@ -116,23 +117,34 @@ _LAST_TIME: tuple[_dt.datetime, int, int] = (_EPOCH, 0, 0)  # a UTC time, its mi
 
 def seen_command(result: CommandResult, encoded: bytes) -> SeenCommand:
     """What the dedup memory keeps of an answer (``encoded``: ``result``'s bytes)."""
-    global _LAST_TIME
-    ts = result.timestamp
-    last = _LAST_TIME
-    if ts.tzinfo is _UTC and ts == last[0]:  # the in-process runner's clock stands still
-        micros, ms = last[1], last[2]
-    else:
-        micros = (ts - _EPOCH) // _MICRO
-        # as int(ts.timestamp() * 1000), which divides the same micros by 10**6 (true division)
-        ms = int(micros / 1_000_000 * 1000)
-        if ts.tzinfo is _UTC:
-            _LAST_TIME = (ts, micros, ms)
     if (result.status == ACCEPTED and result.reason is None and result.code is None
             and result.error_type is None and result.message is None):
-        return SeenCommand(result.command_id, ms, _COMPACT_MARK + _COMPACT.pack(
-            result.version, len(result.event_ids), result.source_partition,
-            result.source_offset, micros))
-    return SeenCommand(result.command_id, ms, encoded)
+        return accepted_seen(result.command_id, result.timestamp, result.version,
+                             len(result.event_ids), result.source_partition, result.source_offset)
+    return SeenCommand(result.command_id, _micros_ms(result.timestamp)[1], encoded)
+
+
+def accepted_seen(command_id: str, timestamp: _dt.datetime, version: int, events: int,
+                  source_partition: int, source_offset: int) -> SeenCommand:
+    """What the dedup memory keeps of a plain acceptance (no reason, code or error), from the
+    fields of its result: for a caller that has them without the :class:`CommandResult`."""
+    micros, ms = _micros_ms(timestamp)
+    return SeenCommand(command_id, ms, _COMPACT_MARK + _COMPACT.pack(
+        version, events, source_partition, source_offset, micros))
+
+
+def _micros_ms(ts: _dt.datetime) -> tuple[int, int]:
+    """An aware time's microseconds and milliseconds since the epoch."""
+    global _LAST_TIME
+    last = _LAST_TIME
+    if ts.tzinfo is _UTC and ts == last[0]:  # the in-process runner's clock stands still
+        return last[1], last[2]
+    micros = (ts - _EPOCH) // _MICRO
+    # as int(ts.timestamp() * 1000), which divides the same micros by 10**6 (true division)
+    ms = int(micros / 1_000_000 * 1000)
+    if ts.tzinfo is _UTC:
+        _LAST_TIME = (ts, micros, ms)
+    return micros, ms
 
 
 def expand_seen(seen: SeenCommand, aggregate_type: str, aggregate_id: str) -> CommandResult | None:

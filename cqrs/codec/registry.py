@@ -23,9 +23,10 @@ personal fields (all others) pay nothing for it.
 
 from __future__ import annotations
 
+import functools
 import io
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -36,6 +37,7 @@ from cqrs.codec.compat import incompatibilities
 from cqrs.codec.schema import schema_for
 from cqrs.codec.schema_store import InMemorySchemaStore, SchemaStore
 from cqrs.codec.single_object import HEADER_SIZE, MAGIC, fingerprint, header, split
+from cqrs.codec.types import fields_of
 from cqrs.codec.upcasting import Upcaster
 from cqrs.codec.values import Decoder, Encoder, record_decoder, record_encoder, record_from_avro
 from cqrs.domain.messages import type_name, type_version
@@ -239,6 +241,21 @@ class Codec:
         except Exception as exc:  # values were checked already: this is a codec bug or exotic
             raise EncodeError(f"cannot encode {obj!r} with Avro: {exc}") from exc
         return buf.getvalue()
+
+    def values_writer(self, cls: type) -> Callable[[Sequence[Any]], bytes] | None:
+        """``write(values)``: what :meth:`encode` returns for an instance of ``cls`` whose field
+        values are ``values`` (in the schema's field order), without making the instance: for a
+        hot path that would build an object only to encode it. ``None`` when ``cls`` has
+        personal fields or no generated writer (encode an instance then). ``write`` raises on a
+        value the writer does not take: make the instance and :meth:`encode` it, for the error
+        that names the field."""
+        reg = self.lookup(cls)
+        if not self._generated or reg.cls in self._sealers:
+            return None
+        self._publish(reg)
+        names = tuple(f.name for f in fields_of(reg.cls))
+        write = record_writer(reg.cls, reg.schema, reg.header, names)
+        return None if write is None else functools.partial(write, None)
 
     def _encode_plan(self, obj: object) -> _EncodePlan:
         """Look the class up, publish its schema and keep both (the first encode of a class)."""

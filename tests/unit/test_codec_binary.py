@@ -9,6 +9,7 @@ import datetime as dt
 import decimal
 import enum
 import math
+import os
 import uuid
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from cqrs.codec import Codec, InMemorySchemaStore, schema_for
 from cqrs.codec import binary as b
 from cqrs.codec.binary import avro_reader, record_reader, record_writer, values_reader
+from cqrs.codec.single_object import HEADER_SIZE
 from cqrs.domain import event
 from cqrs.errors import DecodeError, EncodeError, NaiveDatetimeError, TruncatedMessageError
 
@@ -249,11 +251,15 @@ def test_truncated_and_trailing_bytes_keep_their_errors() -> None:
 
 def test_timestamps_remembered_or_not_read_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(b, "_TIME_CACHE_SIZE", 3)  # the caches fill up and are emptied often
+    b._TIME_HIGH.clear()  # (filled by earlier tests beyond 3)
+    python_writer = record_writer(Edges, schema_for(Edges), native=False)  # the one with a cache
+    assert python_writer is not None
     start = dt.datetime(2024, 5, 1, 12, tzinfo=UTC)
     for step in range(0, 40_000_000, 999_983):  # across second and 2**20 µs boundaries
         obj = Edges(at=start + dt.timedelta(microseconds=step))
         data = REFERENCE.encode(obj)
         assert CODEC.encode(obj) == data
+        assert python_writer(obj) == data[HEADER_SIZE:]
         assert CODEC.decode(data) == REFERENCE.decode(data) == obj
         assert CODEC.decode(data) == obj  # remembered now (unless just emptied)
     assert len(b._TIME_BASES) <= 3 and len(b._TIME_HIGH) <= 3
@@ -356,3 +362,15 @@ def test_the_codec_uses_the_generated_code(monkeypatch: pytest.MonkeyPatch) -> N
     assert codec.decode(memoryview(data)) == obj
     with pytest.raises(DecodeError, match="fastavro called"):  # fastavro decides these
         codec.decode(data + b"\x00")
+
+
+def test_the_native_writer_is_used_when_the_environment_expects_it() -> None:
+    """CI installs the native writer (native/) and says so: a build that failed to load would
+    otherwise leave every test on the generated Python writers, unnoticed."""
+    from cqrs.codec import binary
+
+    if os.environ.get("CQRS_TEST_NATIVE") != "1":
+        pytest.skip("CQRS_TEST_NATIVE=1 is not set: the native writer is optional")
+    assert binary.NATIVE, "cqrs_native is not importable: pip install ./native"
+    writer = record_writer(Edges, schema_for(Edges))
+    assert type(writer).__module__ == "cqrs_native"

@@ -180,6 +180,18 @@ def test_a_rerun_writes_byte_identical_records() -> None:
     assert first == again
 
 
+def test_an_accepted_result_written_from_its_fields_is_the_result_object_encoded() -> None:
+    """The step writes an accepted command's result from its fields (no CommandResult object):
+    the same records and state as through the object and the codec's encode."""
+    records = [_record(OpenAccount("ann"), 1), _record(Deposit(5), 2), _record(Deposit(7), 3),
+               _record(Withdraw(1_000), 4), _record(Explode(), 5)]
+    plain = _step()
+    plain._write_result = None  # the path through CommandResult
+    assert _step()._write_result is not None
+    assert _step().run("example.bank.Account", "acc-1", None, records) == \
+        plain.run("example.bank.Account", "acc-1", None, records)
+
+
 def test_state_round_trips_through_the_codec() -> None:
     state, _ = _step().run("example.bank.Account", "acc-1", None, [_record(OpenAccount("ann"), 1)])
     step = _step()
