@@ -31,7 +31,7 @@ tests. Unknown headers (tracing...) are ignored; a header given twice takes its 
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -43,6 +43,7 @@ from cqrs.domain._names import TYPE_ATTR
 from cqrs.domain.decision import NewEvent, event_id_for
 from cqrs.domain.messages import type_name
 from cqrs.errors import MalformedHeaderError, MissingHeaderError
+from cqrs.native import native
 
 __all__ = [
     "COMMAND_RECORD_PREFIX",
@@ -355,6 +356,15 @@ _LAST_TIME_HEADER: tuple[_dt.datetime, tuple[str, bytes]] = (
     _dt.datetime(1970, 1, 1, tzinfo=_UTC), ("cqrs.timestamp", b"1970-01-01T00:00:00.000000+00:00"))
 
 
+def _python_utc_text(ts: _dt.datetime) -> bytes:
+    return ts.isoformat(timespec="microseconds").encode()
+
+
+# a UTC time's header text: the same bytes from the datetime's fields, ~10x quicker, when the
+# native module is installed
+_utc_text: Callable[[_dt.datetime], bytes] = _python_utc_text if native is None else native.utc_text
+
+
 def event_to_kafka(e: NewEvent, payload: bytes) -> tuple[bytes, bytes, Headers]:
     """``to_kafka(Envelope.for_event(e), payload)``, the same bytes and headers in the same
     order, without building the envelope: the processor writes one of these per event."""
@@ -371,7 +381,7 @@ def event_to_kafka(e: NewEvent, payload: bytes) -> tuple[bytes, bytes, Headers]:
     if ts.tzinfo is _UTC and ts == last[0]:  # the events of one command share its time
         time_header = last[1]
     elif ts.tzinfo is _UTC:
-        time_header = ("cqrs.timestamp", ts.isoformat(timespec="microseconds").encode())
+        time_header = ("cqrs.timestamp", _utc_text(ts))
         _LAST_TIME_HEADER = (ts, time_header)  # replaced whole: safe for threads
     else:
         time_header = ("cqrs.timestamp", _timestamp_text(ts).encode())

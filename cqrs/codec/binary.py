@@ -44,12 +44,7 @@ from cqrs.codec.schema import canonical_json
 from cqrs.codec.types import Node, fields_of
 from cqrs.codec.values import EPOCH
 
-try:  # the native writer (native/ in the repository: `pip install ./native`), when installed
-    import cqrs_native as _native
-except ImportError:  # pragma: no cover - the generated Python writers serve then
-    _native = None
-if _native is not None and getattr(_native, "PLAN_FORM", None) != 1:  # pragma: no cover
-    _native = None  # a build of another version of this module: its plans may differ
+from cqrs.native import native as _native  # its Writer, when installed
 
 NATIVE: Final = _native is not None  # whether record_writer gives native writers
 

@@ -26,6 +26,7 @@ the events accepted earlier in the same call onto a fresh copy (rare, so cheap o
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -39,6 +40,7 @@ from cqrs.domain.handler import CommandContext
 from cqrs.domain.messages import is_event, type_name
 from cqrs.domain.model import AggregateEntry
 from cqrs.errors import NotAMessageError, Rejected, ReplayError
+from cqrs.native import native
 
 __all__ = [
     "EVENT_ID_NAMESPACE",
@@ -149,6 +151,11 @@ def event_id_for(aggregate_type: str, aggregate_id: str, version: int) -> str:
     name = f"{aggregate_type}/{aggregate_id}/{version}".encode()  # as uuid5: UTF-8, strict
     h = hashlib.sha1(_NAMESPACE_BYTES + name, usedforsecurity=False).hexdigest()
     return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT_DIGIT[h[16]]}{h[17:20]}-{h[20:32]}"
+
+
+python_event_id_for: Final = event_id_for  # the Python one (the tests compare the two)
+if native is not None:  # the same ids, ~10x quicker (~0.1 us; a command's event costs one)
+    event_id_for = functools.partial(native.event_id, _NAMESPACE_BYTES)  # type: ignore[assignment]
 
 
 # per (aggregate class, event class): terminal?, its applier, its type name (classes do not
