@@ -43,7 +43,7 @@ from cqrs.domain._names import TYPE_ATTR
 from cqrs.domain.decision import NewEvent, event_id_for
 from cqrs.domain.messages import type_name
 from cqrs.errors import MalformedHeaderError, MissingHeaderError
-from cqrs.native import native
+from cqrs.native import builder, native
 
 __all__ = [
     "COMMAND_RECORD_PREFIX",
@@ -265,9 +265,12 @@ def read_command(aggregate_id: str, value: bytes) -> tuple[Envelope, bytes] | No
             _read_command_values(value, _PREFIX_SIZE)  # type: ignore[misc]
     except Exception:  # noqa: BLE001 - truncated, garbled: from_kafka says what
         return None
-    return Envelope(command_id, message_type, "command", aggregate_type, aggregate_id, timestamp,
-                    None, expected_version, command_id, correlation_id, causation_id,
-                    reply_partition), payload
+    return _make_envelope(command_id, message_type, "command", aggregate_type, aggregate_id,
+                          timestamp, None, expected_version, command_id, correlation_id,
+                          causation_id, reply_partition, CONTENT_TYPE), payload
+
+
+_make_envelope: Final = builder(Envelope)  # every field given: a command record's envelope
 
 
 def _decode_command(value: bytes, aggregate_id: str) -> tuple[Envelope, bytes]:

@@ -19,6 +19,7 @@ from cqrs.codec.binary import Mismatch, leading_strings
 from cqrs.codec.single_object import HEADER_SIZE, MAGIC
 from cqrs.domain._names import TYPE_ATTR
 from cqrs.domain.decision import event_id_for
+from cqrs.native import builder
 
 __all__ = [
     "ACCEPTED",
@@ -129,7 +130,7 @@ def accepted_seen(command_id: str, timestamp: _dt.datetime, version: int, events
     """What the dedup memory keeps of a plain acceptance (no reason, code or error), from the
     fields of its result: for a caller that has them without the :class:`CommandResult`."""
     micros, ms = _micros_ms(timestamp)
-    return SeenCommand(command_id, ms, _COMPACT_MARK + _COMPACT.pack(
+    return _make_seen(command_id, ms, _COMPACT_MARK + _COMPACT.pack(
         version, events, source_partition, source_offset, micros))
 
 
@@ -242,7 +243,7 @@ class AggregateRecord:
             else:
                 lo = hi = t
             if len(self.seen_times) // 8 < max_count and lo >= hi - window_ms:
-                record = AggregateRecord(
+                record = _make_record(
                     version, deleted, snapshot,
                     f"{self.seen_ids}\0{one.command_id}" if self.seen_ids else one.command_id,
                     self.seen_times + _ONE_TIME.pack(t),
@@ -269,7 +270,7 @@ class AggregateRecord:
                 # memory, so the new commands are appended to the packed fields as they are
                 # (packing all of a full memory's times again cost ~20 us)
                 new_ids = "\0".join(s.command_id for s in new)
-                record = AggregateRecord(
+                record = _make_record(
                     version, deleted, snapshot,
                     f"{self.seen_ids}\0{new_ids}" if self.seen_ids else new_ids,
                     self.seen_times + _pack("q", new_times),
@@ -329,7 +330,7 @@ class AggregateRecord:
                 lo, hi = min(new_lo, *kept_times), max(new_hi, *kept_times)
         cut = sum(struct.unpack_from(f"<{drop}I", self.seen_sizes))  # bytes of results dropped
         new_ids = "\0".join(s.command_id for s in new)
-        record = AggregateRecord(
+        record = _make_record(
             version, deleted, snapshot,
             f"{kept_ids}\0{new_ids}" if kept_ids else new_ids,
             self.seen_times[8 * drop:] + _pack("q", new_times),
@@ -412,6 +413,9 @@ _ONE_TIME: Final = struct.Struct("<q")
 _ONE_SIZE: Final = struct.Struct("<I")
 # sets the cached bounds of a (frozen) record: a cache of its own immutable fields, set once
 _SET_BOUNDS: Final = object.__setattr__
+# made with every field given, once or twice a command (see cqrs.native.builder)
+_make_record: Final = builder(AggregateRecord)
+_make_seen: Final = builder(SeenCommand)
 
 
 def _pack(code: str, values: Sequence[int]) -> bytes:

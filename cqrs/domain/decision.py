@@ -40,7 +40,7 @@ from cqrs.domain.handler import CommandContext
 from cqrs.domain.messages import is_event, type_name
 from cqrs.domain.model import AggregateEntry
 from cqrs.errors import NotAMessageError, Rejected, ReplayError
-from cqrs.native import native
+from cqrs.native import builder, native
 
 __all__ = [
     "EVENT_ID_NAMESPACE",
@@ -136,6 +136,10 @@ class Decision:
     outcomes: tuple[Outcome, ...]
 
 
+# the decision's objects made with every field given (see cqrs.native.builder): several per command
+_make_event: Final = builder(NewEvent)
+_make_accepted: Final = builder(Accepted)
+_make_decision: Final = builder(Decision)
 _NAMESPACE_BYTES: Final = EVENT_ID_NAMESPACE.bytes
 # RFC 4122 variant: the top two bits of the 17th hex digit are 10, whatever the hash gave
 _VARIANT_DIGIT: Final = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
@@ -318,7 +322,7 @@ def decide(
                         current = returned
                 v += 1
                 new_events.append(
-                    NewEvent(
+                    _make_event(
                         event_id_for(agg_type, aggregate_id, v),
                         aggregate_id,
                         agg_type,
@@ -336,12 +340,12 @@ def decide(
             continue
         applied.extend(events)
         version = v
-        outcomes.append(Accepted(cid, v, tuple(new_events), deadlines))
+        outcomes.append(_make_accepted(cid, v, tuple(new_events), deadlines))
         if terminal:
             working, deleted = None, True
         else:
             working = current
-    return Decision(working, version, tuple(outcomes))
+    return _make_decision(working, version, tuple(outcomes))
 
 
 def _rebuild(cls: type[A], original: A | None, copier: Any, events: Sequence[Any]) -> A | None:

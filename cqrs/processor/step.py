@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -50,6 +50,7 @@ from cqrs.envelope import (
 )
 from cqrs.budget import Watch
 from cqrs.errors import CqrsError, DecisionTimeoutError, RecordTooLargeError
+from cqrs.native import builder
 from cqrs.results import (
     ACCEPTED, FAILED, REJECTED, AggregateRecord, CommandResult, SeenCommand, accepted_seen,
     expand_seen, kept_indices, seen_command,
@@ -62,6 +63,7 @@ __all__ = ["DUPLICATE_HEADER", "UNDECODED", "AggregateStep", "DedupPolicy", "Inp
            "StepResult", "Watch"]
 
 DLQ_PREFIX = "cqrs.dlq."
+_make_input: Final = builder(CommandInput)  # every field given (see cqrs.native.builder)
 # the one header a result record can carry: on the answer to a command id seen before (the first
 # answer again, as a retried send or a process manager's replay gets it)
 DUPLICATE_HEADER: tuple[str, bytes] = ("cqrs.duplicate", b"1")
@@ -303,14 +305,10 @@ class AggregateStep:
                 agg_state = None if snapshot is None else self.codec.decode(snapshot)
             encode, events_topic = self.codec.encode, self.topics.events
             write_result, results_topic = self._write_result, self.topics.results
-            inputs = [
-                CommandInput(
-                    command_id=p.envelope.command_id or p.envelope.message_id,
-                    command=p.command,
-                    expected_version=p.envelope.expected_version,
-                    timestamp=p.envelope.timestamp,
-                    correlation_id=p.envelope.correlation_id,
-                ) for p in pending
+            inputs = [  # CommandInput's fields: id, command, expected version, time, correlation
+                _make_input(p.envelope.command_id or p.envelope.message_id, p.command,
+                            p.envelope.expected_version, p.envelope.timestamp,
+                            p.envelope.correlation_id) for p in pending
             ]
             # state and version after the commands answered so far
             state_now, version_now = agg_state, version

@@ -6,11 +6,13 @@
 //!
 //! * `writer`: the codec's Avro writer (`cqrs.codec.binary.record_writer`), driven by a plan
 //!   the Python module builds from a class and its schema; this crate never sees a schema.
+//! * `build`: instances of frozen attrs classes without their `__init__` (`cqrs.native.builder`).
 //! * `ids`: event ids (`cqrs.domain.decision.event_id_for`).
 //! * `clock`: a UTC time's text in an event's header (`cqrs.envelope.event_to_kafka`).
 
 use pyo3::prelude::*;
 
+mod build;
 mod clock;
 mod ids;
 mod writer;
@@ -20,6 +22,7 @@ fn cqrs_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // the functions and plans this build takes: cqrs/native.py uses a build of the form it knows
     m.add("FORM", 1)?;
     m.add_class::<writer::Writer>()?;
+    m.add_class::<build::Builder>()?;
     m.add_function(wrap_pyfunction!(ids::event_id, m)?)?;
     m.add_function(wrap_pyfunction!(clock::utc_text, m)?)?;
     Ok(())
