@@ -10,7 +10,9 @@
 
 use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDate, PyDateTime, PyDict, PyFloat, PyList, PyString, PyTuple, PyType, PyTzInfo};
+use pyo3::types::{
+    PyBool, PyBytes, PyDate, PyDateTime, PyDict, PyFloat, PyList, PyString, PyTuple, PyType, PyTzInfo,
+};
 
 /// How to read one value.
 enum Op {
@@ -168,7 +170,12 @@ impl Reader {
     }
 
     /// The fields' values of the record at `index`, in the schema's order.
-    fn fields<'py>(&self, py: Python<'py>, c: &mut Cursor<'_>, index: usize) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    fn fields<'py>(
+        &self,
+        py: Python<'py>,
+        c: &mut Cursor<'_>,
+        index: usize,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let ops = &self.records[index].ops;
         let mut values = Vec::with_capacity(ops.len());
         for op in ops {
@@ -210,7 +217,8 @@ impl Reader {
             Op::Date => {
                 let days = c.long().ok_or_else(miss)?;
                 if !(MIN_DAYS..=MAX_DAYS).contains(&days) {
-                    return Err(PyValueError::new_err("date ordinal out of range")); // fromordinal's
+                    return Err(PyValueError::new_err("date ordinal out of range"));
+                    // fromordinal's
                 }
                 let (y, m, d) = civil_from_days(days);
                 PyDate::new(py, y, m, d)?.into_any()
@@ -342,7 +350,12 @@ impl Reader {
     }
 
     /// The record whose body is `data[offset:]`, all of it (`Mismatch` on trailing bytes).
-    fn __call__<'py>(&self, py: Python<'py>, data: &Bound<'py, PyBytes>, offset: usize) -> PyResult<Bound<'py, PyAny>> {
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        data: &Bound<'py, PyBytes>,
+        offset: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let mut c = Cursor { d: data.as_bytes(), p: offset };
         let out = if self.values {
             PyTuple::new(py, self.fields(py, &mut c, 0)?)?.into_any()
