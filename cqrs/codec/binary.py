@@ -417,7 +417,10 @@ class _Generator(Namespace):
             out.add(1, f"return ({', '.join(frags)}{',' if len(frags) == 1 else ''})")
         else:
             out.add(1, f"return b''.join(({', '.join([self.const(prefix), *frags])},))")
-        return f"def {fname}(o{', s' if given else ''}):\n" + "\n".join(out.lines) + "\n"
+        # the top function takes values like the native Writer (``write(obj, values=None)``),
+        # even for a class with no fields (``values_writer`` passes them whatever the class)
+        params = "o" if prefix is None else "o, s=None"
+        return f"def {fname}({params}):\n" + "\n".join(out.lines) + "\n"
 
     def write_value(self, node: Node, schema: Any, x: str, out: _Lines, ind: int) -> list[str]:
         """Statements checking ``x`` (added to ``out``) and the expressions of its bytes.
