@@ -6,6 +6,8 @@
 //!
 //! * `writer`: the codec's Avro writer (`cqrs.codec.binary.record_writer`), driven by a plan
 //!   the Python module builds from a class and its schema; this crate never sees a schema.
+//! * `reader`: the codec's Avro reader (`record_reader`, `values_reader`), driven by the same
+//!   plan: the generated Python reader's objects, and an exception wherever that one raises.
 //! * `build`: instances of frozen attrs classes without their `__init__` (`cqrs.native.builder`).
 //! * `ids`: event ids (`cqrs.domain.decision.event_id_for`).
 //! * `clock`: a UTC time's text in an event's header (`cqrs.envelope.event_to_kafka`).
@@ -15,6 +17,7 @@ use pyo3::prelude::*;
 mod build;
 mod clock;
 mod ids;
+mod reader;
 mod writer;
 
 #[pymodule]
@@ -22,6 +25,7 @@ fn cqrs_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // the functions and plans this build takes: cqrs/native.py uses a build of the form it knows
     m.add("FORM", 1)?;
     m.add_class::<writer::Writer>()?;
+    m.add_class::<reader::Reader>()?;
     m.add_class::<build::Builder>()?;
     m.add_function(wrap_pyfunction!(ids::event_id, m)?)?;
     m.add_function(wrap_pyfunction!(clock::utc_text, m)?)?;

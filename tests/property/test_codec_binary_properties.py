@@ -5,7 +5,8 @@ classes, the processor's records, the example bank's messages, plus long strings
 containers and optionals with non-null defaults): the writer gives fastavro's bytes, the readers
 give fastavro's dicts and the objects built from them. Truncated, extended and corrupted
 messages, and values of the wrong type, give the same results or errors (types and messages)
-as a codec that uses fastavro only.
+as a codec that uses fastavro only. Where the native module is installed, its writer and
+reader are held to the same, and to the generated Python ones (``native=False``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ from test_codec_fastpath_properties import (
 )
 
 from cqrs.codec import Codec, InMemorySchemaStore
-from cqrs.codec.binary import avro_reader, record_reader, record_writer
+from cqrs.codec.binary import (
+    NATIVE_READER,
+    avro_reader,
+    record_reader,
+    record_writer,
+    values_reader,
+)
 from cqrs.codec.single_object import HEADER_SIZE
 from cqrs.codec.types import fields_of
 from cqrs.codec.values import record_from_avro, record_to_avro_generic
@@ -70,13 +77,23 @@ class Stamp:
     at: dt.datetime
 
 
+@event(name="prop.binary.Keywords")
+class Keywords:
+    """Fields the constructor takes by keyword: the readers call it with their names."""
+
+    first: int
+    _hidden: str = ""
+    after: list[Point] = attrs.field(factory=list, kw_only=True)
+    at: dt.datetime | None = attrs.field(default=None, kw_only=True)
+
+
 class FastavroCodec(Codec):
     """The reference: the codec with fastavro only."""
 
     _generated = False
 
 
-CLASSES: list[type] = [*CONVERTER_CLASSES, Sizes, Defaults, Stamp]
+CLASSES: list[type] = [*CONVERTER_CLASSES, Sizes, Defaults, Stamp, Keywords]
 assert {CommandResult, AggregateRecord, AccountOpened, Deposited, Withdrawn} <= set(CLASSES)
 CODEC = Codec(CLASSES, store=InMemorySchemaStore())
 REFERENCE = FastavroCodec(CLASSES, store=InMemorySchemaStore())
@@ -110,12 +127,36 @@ def message(value: Any) -> bytes:
     return CODEC.lookup(type(value)).header + body(value)
 
 
+def readers(cls: type) -> list[Any]:
+    """The readers of ``cls`` (objects, then values): native when installed, then Python."""
+    schema = CODEC.lookup(cls).schema
+    found = [make(cls, schema, native=n) for make in (record_reader, values_reader)
+             for n in (True, False)]  # fmt: skip
+    assert None not in found
+    return found
+
+
+def assert_readers_agree(cls: type, data: bytes, offset: int) -> tuple[str, Any]:
+    """The native and the generated Python readers of ``cls`` both raise on ``data[offset:]``
+    or both read the same objects (their errors may differ: the codec falls back on any)."""
+    native, python, native_values, python_values = (outcome(r, data, offset) for r in readers(cls))
+    assert native[0] == python[0] == native_values[0] == python_values[0], (native, python)
+    if native[0] == "ok":
+        assert_same(native[1], python[1])
+        assert_same(native_values[1], python_values[1])
+        assert_same(native_values[1], tuple(getattr(native[1], f.name) for f in fields_of(cls)))
+    return python
+
+
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__qualname__)
 def test_every_class_gets_generated_code(cls: type) -> None:
     schema = CODEC.lookup(cls).schema
     assert record_writer(cls, schema) is not None
     assert record_reader(cls, schema) is not None
     assert avro_reader(cls, schema) is not None
+    if NATIVE_READER:  # every class's plan is one the native reader takes
+        assert type(record_reader(cls, schema)).__module__ == "cqrs_native"
+        assert type(values_reader(cls, schema)).__module__ == "cqrs_native"
 
 
 @SETTINGS
@@ -147,6 +188,9 @@ def test_the_readers_read_what_fastavro_reads(value: Any) -> None:
         assert_same(REFERENCE.decode(message(value)), decoded)
     assert_same(CODEC.decode(bytearray(message(value))), decoded)
     assert_same(CODEC.decode(memoryview(message(value))), decoded)
+    read = assert_readers_agree(cls, b"xyz" + data, 3)
+    assert read[0] == "ok"
+    assert_same(read[1], decoded)
 
 
 @SETTINGS
@@ -158,10 +202,9 @@ def test_truncated_messages_fail_as_with_fastavro(value: Any, data: st.DataObjec
     fast = outcome(CODEC.decode, truncated)
     assert fast[0] == "error"
     assert_same_outcome(fast, outcome(REFERENCE.decode, truncated))
-    read = record_reader(type(value), CODEC.lookup(type(value)).schema)
-    if cut >= HEADER_SIZE and read is not None:  # it never reads a prefix as a message
-        with pytest.raises(Exception):  # noqa: B017, PT011 - whatever it raises, the codec
-            read(truncated, HEADER_SIZE)  # falls back to fastavro
+    if cut >= HEADER_SIZE:  # no reader reads a prefix as a message: whatever they raise,
+        assert assert_readers_agree(type(value), truncated, HEADER_SIZE)[0] == "error"
+        # the codec falls back to fastavro
 
 
 @SETTINGS
@@ -171,6 +214,7 @@ def test_trailing_bytes_fail_as_with_fastavro(value: Any, extra: bytes) -> None:
     fast = outcome(CODEC.decode, extended)
     assert fast[0] == "error"
     assert_same_outcome(fast, outcome(REFERENCE.decode, extended))
+    assert assert_readers_agree(type(value), extended, HEADER_SIZE)[0] == "error"
 
 
 @SETTINGS
@@ -184,8 +228,11 @@ def test_corrupted_messages_decode_as_with_fastavro(value: Any, data: st.DataObj
     for _ in range(data.draw(st.integers(1, 3), label="changes")):
         at = data.draw(st.integers(HEADER_SIZE, len(corrupted) - 1), label="at")
         corrupted[at] = data.draw(st.integers(0, 255), label="byte")
-    assert_same_outcome(outcome(CODEC.decode, bytes(corrupted)),
-                        outcome(REFERENCE.decode, bytes(corrupted)))  # fmt: skip
+    expected = outcome(REFERENCE.decode, bytes(corrupted))
+    assert_same_outcome(outcome(CODEC.decode, bytes(corrupted)), expected)
+    read = assert_readers_agree(type(value), bytes(corrupted), HEADER_SIZE)
+    if read[0] == "ok":  # what the readers read at all, they read as fastavro does
+        assert_same_outcome(read, expected)
 
 
 @SETTINGS

@@ -201,9 +201,24 @@ UNUSUAL: list[tuple[str, bytes]] = [
 ]  # fmt: skip
 
 
+def readers_agree(cls: type, schema: dict[str, Any], data: bytes, offset: int) -> tuple[str, Any]:
+    """The native reader (when installed) and the generated Python one both raise, or both
+    read the same objects; the Python reader's outcome."""
+    python_reader, native_reader = (record_reader(cls, schema, native=n) for n in (False, True))
+    python = outcome(python_reader, data, offset)
+    native = outcome(native_reader, data, offset)
+    assert native[0] == python[0], (native, python)
+    if python[0] == "ok":
+        assert repr(native[1]) == repr(python[1])
+        for f in attrs.fields(cls):
+            assert type(getattr(native[1], f.name)) is type(getattr(python[1], f.name))
+    return python
+
+
 @pytest.mark.parametrize(("label", "data"), UNUSUAL, ids=[u[0] for u in UNUSUAL])
 def test_unusual_encodings_decode_as_with_fastavro(label: str, data: bytes) -> None:
     same_decoding(data)
+    readers_agree(Edges, CODEC.lookup(Edges).schema, data, len(HEADER))
 
 
 def single(hint: Any) -> type:
@@ -234,6 +249,29 @@ def test_corrupt_values_read_as_with_fastavro(hint: Any, data: bytes) -> None:
     fast, slow = Codec([cls]), FastavroCodec([cls])
     message = fast.lookup(cls).header + data
     assert outcome(fast.decode, message) == outcome(slow.decode, message)
+    readers_agree(cls, fast.lookup(cls).schema, message, HEADER_SIZE)
+
+
+_US = 86_400_000_000
+# microseconds and days from the epoch at and just past the ends of Python's datetime and date
+TIME_EDGES = [-719_162 * _US, -719_162 * _US - 1, 2_932_897 * _US - 1, 2_932_897 * _US,
+              -1, 0, 2**63 - 1, -(2**63), 951_782_400_000_000, 951_868_799_999_999]
+DAY_EDGES = [-719_162, -719_163, 2_932_896, 2_932_897, -1, 0, 11_016, 11_017, 2**63 - 1, -(2**63)]
+
+
+@pytest.mark.parametrize(("hint", "v"), [(dt.datetime, v) for v in TIME_EDGES]
+                         + [(dt.date, v) for v in DAY_EDGES], ids=repr)
+def test_times_and_dates_read_the_same_to_the_ends_of_their_range(hint: Any, v: int) -> None:
+    """``EPOCH + timedelta(microseconds=v)`` and ``date.fromordinal``: the native reader's
+    calendar arithmetic builds the same values and raises beyond the same ends."""
+    cls = single(hint)
+    fast, slow = Codec([cls]), FastavroCodec([cls])
+    message = fast.lookup(cls).header + varint(v)
+    read = readers_agree(cls, fast.lookup(cls).schema, message, HEADER_SIZE)
+    assert outcome(fast.decode, message) == outcome(slow.decode, message)
+    if read[0] == "ok":
+        assert read[1].x == (b.EPOCH + dt.timedelta(microseconds=v) if hint is dt.datetime
+                             else dt.date.fromordinal(v + 719_163))
 
 
 def test_truncated_and_trailing_bytes_keep_their_errors() -> None:
@@ -252,8 +290,11 @@ def test_truncated_and_trailing_bytes_keep_their_errors() -> None:
 def test_timestamps_remembered_or_not_read_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(b, "_TIME_CACHE_SIZE", 3)  # the caches fill up and are emptied often
     b._TIME_HIGH.clear()  # (filled by earlier tests beyond 3)
-    python_writer = record_writer(Edges, schema_for(Edges), native=False)  # the one with a cache
-    assert python_writer is not None
+    b._TIME_BASES.clear()
+    # the generated Python ones have the caches (the codec may use the native ones)
+    python_writer = record_writer(Edges, schema_for(Edges), native=False)
+    python_reader = record_reader(Edges, schema_for(Edges), native=False)
+    assert python_writer is not None and python_reader is not None
     start = dt.datetime(2024, 5, 1, 12, tzinfo=UTC)
     for step in range(0, 40_000_000, 999_983):  # across second and 2**20 µs boundaries
         obj = Edges(at=start + dt.timedelta(microseconds=step))
@@ -261,7 +302,9 @@ def test_timestamps_remembered_or_not_read_the_same(monkeypatch: pytest.MonkeyPa
         assert CODEC.encode(obj) == data
         assert python_writer(obj) == data[HEADER_SIZE:]
         assert CODEC.decode(data) == REFERENCE.decode(data) == obj
-        assert CODEC.decode(data) == obj  # remembered now (unless just emptied)
+        assert CODEC.decode(data) == obj
+        assert python_reader(data, HEADER_SIZE) == obj
+        assert python_reader(data, HEADER_SIZE) == obj  # remembered now (unless just emptied)
     assert len(b._TIME_BASES) <= 3 and len(b._TIME_HIGH) <= 3
 
 
@@ -374,3 +417,7 @@ def test_the_native_writer_is_used_when_the_environment_expects_it() -> None:
     assert binary.NATIVE, "cqrs_native is not importable: pip install ./native"
     writer = record_writer(Edges, schema_for(Edges))
     assert type(writer).__module__ == "cqrs_native"
+    assert b.NATIVE_READER, "this cqrs_native build has no Reader: rebuild native/"
+    for make in (record_reader, values_reader):
+        assert type(make(Edges, schema_for(Edges))).__module__ == "cqrs_native"
+        assert type(make(Edges, schema_for(Edges), native=False)).__module__ != "cqrs_native"
