@@ -17,7 +17,7 @@ generates straight-line code that walks the class's fields and the schema togeth
   varint...), and the caller decodes again with fastavro, which raises the errors users see.
 * :func:`avro_reader` -- the same reader returning fastavro's dict (used to compare the two).
 
-With the optional native module (``native/``, :data:`NATIVE` and :data:`NATIVE_READER`),
+With the optional native module (``native/``, :data:`NATIVE`),
 :func:`record_writer`, :func:`record_reader` and :func:`values_reader` return its ``Writer`` and
 ``Reader`` instead, driven by a plan of the same checks (:meth:`_Generator.plan_record`): the
 same bytes, objects and refusals, a few times quicker. ``native=False`` gives the generated
@@ -50,13 +50,12 @@ from cqrs.codec.schema import canonical_json
 from cqrs.codec.types import Node, fields_of
 from cqrs.codec.values import EPOCH
 
-from cqrs.native import native as _native  # its Writer, when installed
+from cqrs.native import native as _native  # its Writer and Reader, when installed
 
-NATIVE: Final = _native is not None  # whether record_writer gives native writers
-# whether record_reader and values_reader give native readers (a build may predate them)
-NATIVE_READER: Final = _native is not None and hasattr(_native, "Reader")
+# whether record_writer, record_reader and values_reader give the native module's
+NATIVE: Final = _native is not None
 
-__all__ = ["NATIVE", "NATIVE_READER", "Mismatch", "Reader", "Writer", "avro_reader",
+__all__ = ["NATIVE", "Mismatch", "Reader", "Writer", "avro_reader",
            "leading_strings", "record_reader", "record_writer", "values_reader"]
 
 Writer = Callable[[Any], bytes]
@@ -837,9 +836,9 @@ def record_writer(cls: type, schema: dict[str, Any], prefix: bytes = b"",
 
 def _native_reader(mode: str, cls: type, schema: dict[str, Any], native: bool) -> Reader | None:
     """The generated reader of ``mode`` ("read" or "values"), or the native ``Reader`` of the
-    same plan when the module is there, has one (:data:`NATIVE_READER`) and ``native``."""
+    same plan when the module is there (:data:`NATIVE`) and ``native``."""
     reader: Reader | None = _generated(mode, cls, schema)
-    if reader is None or not native or not NATIVE_READER:
+    if reader is None or not native or _native is None:
         return reader
     key = (f"native {mode}", cls, canonical_json(schema), b"", ())
     found = _CACHE.get(key)
@@ -858,7 +857,7 @@ def record_reader(cls: type, schema: dict[str, Any], native: bool = True) -> Rea
     (truncated, trailing, corrupt, unusual encodings): decode with fastavro then, for its result
     or its error.
 
-    With the native module installed (:data:`NATIVE_READER`) and ``native`` true, the reader is
+    With the native module installed (:data:`NATIVE`) and ``native`` true, the reader is
     its ``Reader``: the same objects, raising on the same bytes (``native=False``: the generated
     Python).
     """

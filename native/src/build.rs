@@ -20,17 +20,31 @@ pub struct Builder {
 #[pymethods]
 impl Builder {
     #[new]
-    fn new(cls: &Bound<'_, PyType>, names: Vec<String>, defaults: Vec<(String, PyObject)>) -> PyResult<Self> {
+    fn new(
+        cls: &Bound<'_, PyType>,
+        names: Vec<String>,
+        defaults: Vec<(String, PyObject)>,
+    ) -> PyResult<Self> {
         let py = cls.py();
         Ok(Builder {
             cls: cls.clone().unbind(),
-            names: names.iter().map(|n| PyString::intern(py, n).unbind()).collect(),
-            defaults: defaults.into_iter().map(|(n, v)| (PyString::intern(py, &n).unbind(), v)).collect(),
+            names: names
+                .iter()
+                .map(|n| PyString::intern(py, n).unbind())
+                .collect(),
+            defaults: defaults
+                .into_iter()
+                .map(|(n, v)| (PyString::intern(py, &n).unbind(), v))
+                .collect(),
         })
     }
 
     #[pyo3(signature = (*values))]
-    fn __call__<'py>(&self, py: Python<'py>, values: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        values: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         if values.len() != self.names.len() {
             return Err(PyTypeError::new_err(format!(
                 "{} takes {} values, got {}",
@@ -43,7 +57,9 @@ impl Builder {
         // object.__new__(cls): the type's allocation, as object_new does it
         let obj = unsafe {
             let tp = cls.as_type_ptr();
-            let alloc = (*tp).tp_alloc.ok_or_else(|| PyValueError::new_err("a type without tp_alloc"))?;
+            let alloc = (*tp)
+                .tp_alloc
+                .ok_or_else(|| PyValueError::new_err("a type without tp_alloc"))?;
             let raw = alloc(tp, 0);
             if raw.is_null() {
                 return Err(PyErr::fetch(py));
@@ -62,8 +78,13 @@ impl Builder {
 
 /// `object.__setattr__(obj, name, value)`: past a frozen class's `__setattr__`, as its
 /// `__init__` does.
-fn set(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-    let rc = unsafe { pyo3::ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr()) };
+fn set(
+    obj: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyString>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let rc =
+        unsafe { pyo3::ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr()) };
     if rc < 0 {
         return Err(PyErr::fetch(obj.py()));
     }

@@ -16,7 +16,11 @@ pub fn event_id(
     aggregate_id: &Bound<'_, PyString>,
     version: &Bound<'_, PyAny>,
 ) -> PyResult<String> {
-    let version_text: String = match version.downcast_exact::<PyInt>().ok().and_then(|v| v.extract::<i64>().ok()) {
+    let version_text: String = match version
+        .downcast_exact::<PyInt>()
+        .ok()
+        .and_then(|v| v.extract::<i64>().ok())
+    {
         Some(v) => v.to_string(),
         None => version.str()?.to_str()?.to_owned(), // a huge int, or another type: as the f-string
     };
@@ -48,9 +52,18 @@ pub fn event_id(
 
 /// The error of Python's `f"{aggregate_type}/{aggregate_id}/{version}".encode()` (its position
 /// counts in the whole name), for a name with a lone surrogate.
-fn encode_error(aggregate_type: &Bound<'_, PyString>, aggregate_id: &Bound<'_, PyString>, version: &str) -> PyErr {
+fn encode_error(
+    aggregate_type: &Bound<'_, PyString>,
+    aggregate_id: &Bound<'_, PyString>,
+    version: &str,
+) -> PyErr {
     let encoded = (|| -> PyResult<Bound<'_, PyAny>> {
-        let name = aggregate_type.as_any().add("/")?.add(aggregate_id)?.add("/")?.add(version)?;
+        let name = aggregate_type
+            .as_any()
+            .add("/")?
+            .add(aggregate_id)?
+            .add("/")?
+            .add(version)?;
         name.call_method0("encode")
     })();
     match encoded {

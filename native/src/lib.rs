@@ -4,8 +4,9 @@
 //! Each is optional: the Python module that uses one (named in its file) falls back to its own
 //! code when this module is not installed, and the tests check both give the same bytes.
 //!
-//! * `writer`: the codec's Avro writer (`cqrs.codec.binary.record_writer`), driven by a plan
-//!   the Python module builds from a class and its schema; this crate never sees a schema.
+//! * `plan`: what the codec's writer and reader are made of, built by the Python module from a
+//!   class and its schema (this crate never sees a schema).
+//! * `writer`: the codec's Avro writer (`cqrs.codec.binary.record_writer`).
 //! * `reader`: the codec's Avro reader (`record_reader`, `values_reader`), driven by the same
 //!   plan: the generated Python reader's objects, and an exception wherever that one raises.
 //! * `build`: instances of frozen attrs classes without their `__init__` (`cqrs.native.builder`).
@@ -17,6 +18,7 @@ use pyo3::prelude::*;
 mod build;
 mod clock;
 mod ids;
+mod plan;
 mod reader;
 mod writer;
 

@@ -10,41 +10,12 @@
 
 use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::prelude::*;
+
+use crate::plan::{parse_records, Op, Record};
 use pyo3::types::{
-    PyBool, PyBytes, PyDate, PyDateTime, PyDict, PyFloat, PyList, PyString, PyTuple, PyType, PyTzInfo,
+    PyBool, PyBytes, PyDate, PyDateTime, PyDict, PyFloat, PyList, PyString, PyTuple, PyType,
+    PyTzInfo,
 };
-
-/// How to read one value.
-enum Op {
-    /// An Avro int or long: both are read as a long, as the generated reader reads them.
-    Long,
-    Double,
-    Float,
-    Str,
-    Bytes,
-    Bool,
-    DateTime,
-    Date,
-    /// A string given to this class (UUID, Decimal): `cls(text)`.
-    StrOf(Py<PyType>),
-    /// An enum's members in the order of the schema's symbols.
-    Enum(Vec<PyObject>),
-    /// `None` or the inner value; `null_first`: the union's branch order.
-    Optional(bool, Box<Op>),
-    /// The items; `true`: built as a tuple (the field's type is a tuple), else a list.
-    List(Box<Op>, bool),
-    Map(Box<Op>),
-    /// The record at this index of the reader's records.
-    Record(usize),
-}
-
-struct Record {
-    cls: Py<PyType>,
-    ops: Vec<Op>,
-    /// the names the last fields are passed by (the constructor takes the first ones by
-    /// position), as the generated reader's `cls(v0, v1, name2=v2)`
-    keywords: Vec<Py<PyString>>,
-}
 
 /// `Reader(records, values, mismatch, utc)`: `reader(data, offset)` returns the instance of the
 /// first record whose Avro body is `data[offset:]` (all of it), or with `values` true the tuple
@@ -140,30 +111,6 @@ fn civil_from_days(days: i64) -> (i32, u8, u8) {
     (year as i32, month as u8, day as u8)
 }
 
-fn parse_op(plan: &Bound<'_, PyAny>) -> PyResult<Op> {
-    let t = plan.downcast::<PyTuple>()?;
-    let kind_obj = t.get_item(0)?;
-    let kind = kind_obj.downcast::<PyString>()?.to_str()?;
-    Ok(match kind {
-        "long" | "int" => Op::Long,
-        "double" => Op::Double,
-        "float" => Op::Float,
-        "str" => Op::Str,
-        "bytes" => Op::Bytes,
-        "bool" => Op::Bool,
-        "datetime" => Op::DateTime,
-        "date" => Op::Date,
-        "strof" => Op::StrOf(t.get_item(1)?.downcast::<PyType>()?.clone().unbind()),
-        // ("enum", class, the writer's index, the members in the symbols' order)
-        "enum" => Op::Enum(t.get_item(3)?.downcast::<PyTuple>()?.iter().map(Bound::unbind).collect()),
-        "optional" => Op::Optional(t.get_item(1)?.is_truthy()?, Box::new(parse_op(&t.get_item(2)?)?)),
-        "list" => Op::List(Box::new(parse_op(&t.get_item(1)?)?), t.get_item(2)?.is_truthy()?),
-        "map" => Op::Map(Box::new(parse_op(&t.get_item(1)?)?)),
-        "record" => Op::Record(t.get_item(1)?.extract()?),
-        other => return Err(PyValueError::new_err(format!("unknown plan operation {other:?}"))),
-    })
-}
-
 impl Reader {
     fn miss(&self, py: Python<'_>) -> PyErr {
         PyErr::from_type(self.mismatch.bind(py).clone(), ())
@@ -176,16 +123,21 @@ impl Reader {
         c: &mut Cursor<'_>,
         index: usize,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        let ops = &self.records[index].ops;
-        let mut values = Vec::with_capacity(ops.len());
-        for op in ops {
-            values.push(self.value(py, c, op)?);
+        let fields = &self.records[index].fields;
+        let mut values = Vec::with_capacity(fields.len());
+        for f in fields {
+            values.push(self.value(py, c, &f.op)?);
         }
         Ok(values)
     }
 
     /// The instance of the record at `index`, built as the generated reader builds it.
-    fn record<'py>(&self, py: Python<'py>, c: &mut Cursor<'_>, index: usize) -> PyResult<Bound<'py, PyAny>> {
+    fn record<'py>(
+        &self,
+        py: Python<'py>,
+        c: &mut Cursor<'_>,
+        index: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let mut values = self.fields(py, c, index)?;
         let rec = &self.records[index];
         let cls = rec.cls.bind(py);
@@ -200,12 +152,21 @@ impl Reader {
         cls.call(PyTuple::new(py, values)?, Some(&kwargs))
     }
 
-    fn value<'py>(&self, py: Python<'py>, c: &mut Cursor<'_>, op: &Op) -> PyResult<Bound<'py, PyAny>> {
+    fn value<'py>(
+        &self,
+        py: Python<'py>,
+        c: &mut Cursor<'_>,
+        op: &Op,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let miss = || self.miss(py);
         Ok(match op {
-            Op::Long => c.long().ok_or_else(miss)?.into_pyobject(py)?.into_any(),
-            Op::Double => PyFloat::new(py, f64::from_le_bytes(c.fixed().ok_or_else(miss)?)).into_any(),
-            Op::Float => PyFloat::new(py, f32::from_le_bytes(c.fixed().ok_or_else(miss)?) as f64).into_any(),
+            Op::Long | Op::Int => c.long().ok_or_else(miss)?.into_pyobject(py)?.into_any(),
+            Op::Double => {
+                PyFloat::new(py, f64::from_le_bytes(c.fixed().ok_or_else(miss)?)).into_any()
+            }
+            Op::Float => {
+                PyFloat::new(py, f32::from_le_bytes(c.fixed().ok_or_else(miss)?) as f64).into_any()
+            }
             Op::Str => PyString::new(py, text(c.span().ok_or_else(miss)?)?).into_any(),
             Op::Bytes => PyBytes::new(py, c.span().ok_or_else(miss)?).into_any(),
             Op::Bool => match c.byte().ok_or_else(miss)? {
@@ -223,8 +184,10 @@ impl Reader {
                 let (y, m, d) = civil_from_days(days);
                 PyDate::new(py, y, m, d)?.into_any()
             }
-            Op::StrOf(cls) => cls.bind(py).call1((PyString::new(py, text(c.span().ok_or_else(miss)?)?),))?,
-            Op::Enum(members) => {
+            Op::StrOf(cls) => cls
+                .bind(py)
+                .call1((PyString::new(py, text(c.span().ok_or_else(miss)?)?),))?,
+            Op::Enum { members, .. } => {
                 // `members[i]` as Python indexes a tuple: from the end for -len <= i < 0
                 let i = c.long().ok_or_else(miss)?;
                 let n = members.len() as i64;
@@ -316,33 +279,8 @@ impl Reader {
         mismatch: &Bound<'_, PyType>,
         utc: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
-        let mut parsed = Vec::with_capacity(records.len());
-        for rec in records.iter() {
-            let rec = rec.downcast::<PyTuple>()?;
-            let cls = rec.get_item(0)?.downcast::<PyType>()?.clone().unbind();
-            let mut ops = Vec::new();
-            for f in rec.get_item(1)?.downcast::<PyList>()?.iter() {
-                ops.push(parse_op(&f.downcast::<PyTuple>()?.get_item(2)?)?);
-            }
-            let mut keywords = Vec::new();
-            for name in rec.get_item(2)?.downcast::<PyTuple>()?.iter() {
-                keywords.push(PyString::intern(rec.py(), name.downcast::<PyString>()?.to_str()?).unbind());
-            }
-            if keywords.len() > ops.len() {
-                return Err(PyValueError::new_err("more keyword names than fields"));
-            }
-            parsed.push(Record { cls, ops, keywords });
-        }
-        for rec in &parsed {
-            for op in &rec.ops {
-                check_indices(op, parsed.len())?;
-            }
-        }
-        if parsed.is_empty() {
-            return Err(PyValueError::new_err("a reader needs at least one record"));
-        }
         Ok(Reader {
-            records: parsed,
+            records: parse_records(records)?,
             values,
             mismatch: mismatch.clone().unbind(),
             utc: utc.downcast::<PyTzInfo>()?.clone().unbind(),
@@ -356,7 +294,10 @@ impl Reader {
         data: &Bound<'py, PyBytes>,
         offset: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let mut c = Cursor { d: data.as_bytes(), p: offset };
+        let mut c = Cursor {
+            d: data.as_bytes(),
+            p: offset,
+        };
         let out = if self.values {
             PyTuple::new(py, self.fields(py, &mut c, 0)?)?.into_any()
         } else {
@@ -366,13 +307,5 @@ impl Reader {
             return Err(self.miss(py));
         }
         Ok(out)
-    }
-}
-
-fn check_indices(op: &Op, count: usize) -> PyResult<()> {
-    match op {
-        Op::Record(i) if *i >= count => Err(PyValueError::new_err(format!("no record {i} in the plan"))),
-        Op::Optional(_, inner) | Op::List(inner, _) | Op::Map(inner) => check_indices(inner, count),
-        _ => Ok(()),
     }
 }

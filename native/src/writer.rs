@@ -7,47 +7,13 @@
 //! class given to it) on any value those guards refuse, so that the codec falls back to the
 //! path that names the offending field.
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+
+use crate::plan::{parse_records, Op, Record};
 use pyo3::types::{
-    PyBool, PyBytes, PyDate, PyDateAccess, PyDateTime, PyDelta, PyDeltaAccess, PyDict,
-    PyFloat, PyInt, PyList, PyString, PyTimeAccess, PyTuple, PyType, PyTzInfoAccess,
+    PyBool, PyBytes, PyDate, PyDateAccess, PyDateTime, PyDelta, PyDeltaAccess, PyDict, PyFloat,
+    PyInt, PyList, PyString, PyTimeAccess, PyTuple, PyType, PyTzInfoAccess,
 };
-
-/// How to write one value.
-enum Op {
-    Long,
-    Int,
-    Double,
-    Float,
-    Str,
-    Bytes,
-    Bool,
-    DateTime,
-    Date,
-    /// A value of exactly this class, written as the string `str(value)` (UUID, Decimal).
-    StrOf(Py<PyType>),
-    /// A member of exactly this enum class: its index's varint, from the dict.
-    Enum(Py<PyType>, Py<PyDict>),
-    /// `None` or the inner value; `null_first`: the union's branch order.
-    Optional(bool, Box<Op>),
-    List(Box<Op>),
-    Map(Box<Op>),
-    /// An instance of exactly the record at this index of the writer's records.
-    Record(usize),
-}
-
-struct Field {
-    name: Py<PyString>,
-    /// the index of the field's value in the values given with the call (top record only)
-    given: Option<usize>,
-    op: Op,
-}
-
-struct Record {
-    cls: Py<PyType>,
-    fields: Vec<Field>,
-}
 
 /// `Writer(prefix, records, mismatch, utc)`: `writer(obj)` (or `writer(obj, values)`) returns
 /// `prefix` + the Avro body of `obj`, an instance of the first record.
@@ -85,33 +51,6 @@ pub(crate) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-fn parse_op(plan: &Bound<'_, PyAny>) -> PyResult<Op> {
-    let t = plan.downcast::<PyTuple>()?;
-    let kind_obj = t.get_item(0)?;
-    let kind = kind_obj.downcast::<PyString>()?.to_str()?;
-    Ok(match kind {
-        "long" => Op::Long,
-        "int" => Op::Int,
-        "double" => Op::Double,
-        "float" => Op::Float,
-        "str" => Op::Str,
-        "bytes" => Op::Bytes,
-        "bool" => Op::Bool,
-        "datetime" => Op::DateTime,
-        "date" => Op::Date,
-        "strof" => Op::StrOf(t.get_item(1)?.downcast::<PyType>()?.clone().unbind()),
-        "enum" => Op::Enum(
-            t.get_item(1)?.downcast::<PyType>()?.clone().unbind(),
-            t.get_item(2)?.downcast::<PyDict>()?.clone().unbind(),
-        ),
-        "optional" => Op::Optional(t.get_item(1)?.is_truthy()?, Box::new(parse_op(&t.get_item(2)?)?)),
-        "list" => Op::List(Box::new(parse_op(&t.get_item(1)?)?)),
-        "map" => Op::Map(Box::new(parse_op(&t.get_item(1)?)?)),
-        "record" => Op::Record(t.get_item(1)?.extract()?),
-        other => return Err(PyValueError::new_err(format!("unknown plan operation {other:?}"))),
-    })
-}
-
 impl Writer {
     fn miss(&self, py: Python<'_>) -> PyErr {
         PyErr::from_type(self.mismatch.bind(py).clone(), ())
@@ -135,7 +74,13 @@ impl Writer {
         Ok(())
     }
 
-    fn value(&self, py: Python<'_>, buf: &mut Vec<u8>, op: &Op, x: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn value(
+        &self,
+        py: Python<'_>,
+        buf: &mut Vec<u8>,
+        op: &Op,
+        x: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         match op {
             Op::Long => {
                 if !x.is_exact_instance_of::<PyInt>() {
@@ -189,7 +134,11 @@ impl Writer {
                 if !x.is_exact_instance_of::<PyBool>() {
                     return Err(self.miss(py));
                 }
-                buf.push(if x.downcast::<PyBool>()?.is_true() { 1 } else { 0 });
+                buf.push(if x.downcast::<PyBool>()?.is_true() {
+                    1
+                } else {
+                    0
+                });
             }
             Op::DateTime => {
                 if !x.is_exact_instance_of::<PyDateTime>() {
@@ -209,19 +158,33 @@ impl Writer {
                             + d.get_microseconds() as i64
                     }
                 };
-                let days = days_from_civil(dt.get_year() as i64, dt.get_month() as i64, dt.get_day() as i64);
+                let days = days_from_civil(
+                    dt.get_year() as i64,
+                    dt.get_month() as i64,
+                    dt.get_day() as i64,
+                );
                 let secs = days * 86_400
                     + dt.get_hour() as i64 * 3_600
                     + dt.get_minute() as i64 * 60
                     + dt.get_second() as i64;
-                zigzag(buf, secs * 1_000_000 + dt.get_microsecond() as i64 - offset_us);
+                zigzag(
+                    buf,
+                    secs * 1_000_000 + dt.get_microsecond() as i64 - offset_us,
+                );
             }
             Op::Date => {
                 if !x.is_exact_instance_of::<PyDate>() {
                     return Err(self.miss(py));
                 }
                 let d = x.downcast::<PyDate>()?;
-                zigzag(buf, days_from_civil(d.get_year() as i64, d.get_month() as i64, d.get_day() as i64));
+                zigzag(
+                    buf,
+                    days_from_civil(
+                        d.get_year() as i64,
+                        d.get_month() as i64,
+                        d.get_day() as i64,
+                    ),
+                );
             }
             Op::StrOf(cls) => {
                 if !x.get_type().is(cls.bind(py)) {
@@ -232,7 +195,7 @@ impl Writer {
                 length(buf, s.len());
                 buf.extend_from_slice(s.as_bytes());
             }
-            Op::Enum(cls, index) => {
+            Op::Enum { cls, index, .. } => {
                 if !x.get_type().is(cls.bind(py)) {
                     return Err(self.miss(py));
                 }
@@ -249,7 +212,7 @@ impl Writer {
                     self.value(py, buf, inner, x)?;
                 }
             }
-            Op::List(inner) => {
+            Op::List(inner, _) => {
                 if let Ok(list) = x.downcast_exact::<PyList>() {
                     if !list.is_empty() {
                         length(buf, list.len());
@@ -300,8 +263,7 @@ impl Writer {
 
 #[pymethods]
 impl Writer {
-    /// `records`: `[(class, [(field name, index in the given values or None, operation)])]`,
-    /// the written record first; `mismatch`: the exception class raised on a value the guards
+    /// `records`: the plan (see plan.rs), the written record first; `mismatch`: the exception class raised on a value the guards
     /// refuse; `utc`: `datetime.timezone.utc`.
     #[new]
     fn new(
@@ -310,35 +272,9 @@ impl Writer {
         mismatch: &Bound<'_, PyType>,
         utc: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
-        let mut parsed = Vec::with_capacity(records.len());
-        for rec in records.iter() {
-            let rec = rec.downcast::<PyTuple>()?;
-            let cls = rec.get_item(0)?.downcast::<PyType>()?.clone().unbind();
-            let mut fields = Vec::new();
-            for f in rec.get_item(1)?.downcast::<PyList>()?.iter() {
-                let f = f.downcast::<PyTuple>()?;
-                let name = f.get_item(0)?.downcast::<PyString>()?.clone();
-                let given_obj = f.get_item(1)?;
-                let given = if given_obj.is_none() { None } else { Some(given_obj.extract()?) };
-                fields.push(Field {
-                    name: PyString::intern(rec.py(), name.to_str()?).unbind(),
-                    given,
-                    op: parse_op(&f.get_item(2)?)?,
-                });
-            }
-            parsed.push(Record { cls, fields });
-        }
-        for rec in &parsed {
-            for f in &rec.fields {
-                check_indices(&f.op, parsed.len())?;
-            }
-        }
-        if parsed.is_empty() {
-            return Err(PyValueError::new_err("a writer needs at least one record"));
-        }
         Ok(Writer {
             prefix: prefix.to_vec(),
-            records: parsed,
+            records: parse_records(records)?,
             mismatch: mismatch.clone().unbind(),
             utc: utc.clone().unbind(),
         })
@@ -355,13 +291,5 @@ impl Writer {
         buf.extend_from_slice(&self.prefix);
         self.record(py, &mut buf, 0, obj, values)?;
         Ok(PyBytes::new(py, &buf))
-    }
-}
-
-fn check_indices(op: &Op, count: usize) -> PyResult<()> {
-    match op {
-        Op::Record(i) if *i >= count => Err(PyValueError::new_err(format!("no record {i} in the plan"))),
-        Op::Optional(_, inner) | Op::List(inner) | Op::Map(inner) => check_indices(inner, count),
-        _ => Ok(()),
     }
 }

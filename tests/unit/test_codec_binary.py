@@ -407,9 +407,9 @@ def test_the_codec_uses_the_generated_code(monkeypatch: pytest.MonkeyPatch) -> N
         codec.decode(data + b"\x00")
 
 
-def test_the_native_writer_is_used_when_the_environment_expects_it() -> None:
-    """CI installs the native writer (native/) and says so: a build that failed to load would
-    otherwise leave every test on the generated Python writers, unnoticed."""
+def test_the_native_writer_and_reader_are_used_when_the_environment_expects_them() -> None:
+    """CI installs the native module (native/) and says so: a build that failed to load would
+    otherwise leave every test on the generated Python writers and readers, unnoticed."""
     from cqrs.codec import binary
 
     if os.environ.get("CQRS_TEST_NATIVE") != "1":
@@ -417,7 +417,6 @@ def test_the_native_writer_is_used_when_the_environment_expects_it() -> None:
     assert binary.NATIVE, "cqrs_native is not importable: pip install ./native"
     writer = record_writer(Edges, schema_for(Edges))
     assert type(writer).__module__ == "cqrs_native"
-    assert b.NATIVE_READER, "this cqrs_native build has no Reader: rebuild native/"
     for make in (record_reader, values_reader):
         assert type(make(Edges, schema_for(Edges))).__module__ == "cqrs_native"
         assert type(make(Edges, schema_for(Edges), native=False)).__module__ != "cqrs_native"
