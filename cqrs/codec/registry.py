@@ -254,9 +254,6 @@ class Codec:
             return None
         self._publish(reg)
         names = tuple(f.name for f in fields_of(reg.cls))
-        if not names:  # no field: every instance is its header alone
-            header = reg.header
-            return lambda values: header
         write = record_writer(reg.cls, reg.schema, reg.header, names)
         return None if write is None else functools.partial(write, None)
 
