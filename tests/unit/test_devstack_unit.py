@@ -12,6 +12,7 @@ import pytest
 from cqrs.config import load_config
 from cqrs.devstack.artifacts import component_dir, is_installed, pinned_versions, require_installed
 from cqrs.devstack.process import ServiceProcess
+from cqrs.devstack.services import with_timer_slack
 from cqrs.errors import DevStackError
 from cqrs.spark_session import FS_CHECKPOINT_MANAGER, spark_conf
 
@@ -90,6 +91,20 @@ def test_stale_pid_file_of_a_reused_pid_is_ignored(tmp_path: Path) -> None:
     finally:
         other.kill()
         other.wait()
+
+
+@pytest.mark.skipif(not Path("/proc/self/timerslack_ns").exists(), reason="Linux timer slack")
+def test_a_service_started_with_a_timer_slack_runs_its_own_command_with_it(tmp_path: Path) -> None:
+    marker = f"cqrs-test-marker-{time.monotonic_ns()}"
+    script = ("import sys, threading; out = []; t = threading.Thread(target=lambda: out.append("
+              "open(f'/proc/{threading.get_native_id()}/timerslack_ns').read())); t.start(); t.join(); "
+              "print(open('/proc/self/timerslack_ns').read().strip(), out[0].strip(), sys.argv[1])")
+    argv = with_timer_slack([sys.executable, "-c", script, marker], 1500)
+    assert argv[-4:] == [sys.executable, "-c", script, marker]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    # the command itself (not a launcher left around it) and a thread it started have the slack
+    assert done.stdout.split() == ["1500000", "1500000", marker]
+    assert with_timer_slack(["java"], 0) == ["java"]
 
 
 def test_a_new_kraft_cluster_id_is_never_read_as_an_option() -> None:
