@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import sys
 import time
@@ -111,6 +112,7 @@ def profile_slices(cfg: CqrsConfig, args: argparse.Namespace, bank: Bank) -> Non
         if isinstance(worker.step.codec.key_store, KeyCache):
             worker.step.codec.key_store.clear()
     produce(cfg, topics.commands, work)
+    print(f"timed part starts (pid {os.getpid()}: attach a sampling profiler now)", flush=True)
     profile = None if args.no_profile else cProfile.Profile()
     stats, wall, total = drain(profile)
     us = 1e6 / max(total, 1)
