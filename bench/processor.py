@@ -221,8 +221,8 @@ def running_processor(cfg: CqrsConfig, spark: Any, aggregates: int, bank: Bank =
     checkpoint = cfg.spark.checkpoint_location("bench", topics.commands.replace(".", "-"))
     slices = SliceTotals()
     # as `cqrs run processor` runs it: the only query of its driver, stopped between two of
-    # its micro-batches (query.stop() alone interrupts a serving task: Spark then logs the
-    # query's failure, a StackOverflowError in its own regex over the error's long text)
+    # its micro-batches (query.stop() alone interrupts a serving task: Spark then logged the
+    # query's failure, a StackOverflowError in one of its own regular expressions)
     stop_file = new_stop_file()
     query = start_processor(spark, cfg, ProcessorOptions(bank.ref, topics=topics, checkpoint=checkpoint),
                             on_batch=slices.on_batch, continuous=True, stop_file=stop_file)

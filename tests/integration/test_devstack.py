@@ -100,8 +100,8 @@ def test_nodetool_without_a_jmx_port_says_which_setting(cqrs_config: CqrsConfig)
 
 @pytest.mark.skipif(not Path("/proc/self/timerslack_ns").exists(), reason="Linux timer slack")
 def test_the_cassandra_node_runs_with_the_configured_timer_slack(cqrs_config: CqrsConfig) -> None:
-    from cqrs.devstack.services import cassandra_node
     from cqrs.devstack.process import ServiceProcess
+    from cqrs.devstack.services import cassandra_node
 
     node = cassandra_node(cqrs_config)
     pid = ServiceProcess("cassandra", node.workdir, node.marker).pid()
@@ -109,5 +109,5 @@ def test_the_cassandra_node_runs_with_the_configured_timer_slack(cqrs_config: Cq
         pytest.skip("the tests' Cassandra was not started by `cqrs dev up`")
     want = str(cqrs_config.dev.cassandra_timer_slack_us * 1000)
     threads = list(Path(f"/proc/{pid}/task").iterdir())
-    slacks = {(Path(f"/proc/{t.name}/timerslack_ns").read_text().strip()) for t in threads}
+    slacks = {Path(f"/proc/{t.name}/timerslack_ns").read_text().strip() for t in threads}
     assert slacks == {want}, f"{len(threads)} threads of Cassandra (pid {pid}) have {slacks}"
