@@ -386,11 +386,8 @@ def with_timer_slack(argv: list[str], slack_us: int) -> list[str]:
     that much late, so the kernel wakes it less often.
 
     Cassandra's request threads (its shared executor pool) wait for work by parking 10 us at a
-    time, for up to ~10 ms after each request. On 2 cores shared with Kafka, Spark and the
-    processor's workers, a hundred small writes a second kept them waking ~100,000 times a
-    second: 41-61 % of a core for Cassandra, measured with the driver, against 8-16 % with a
-    1-ms slack; 10-row batches cost it 45 against 14 us a row. Large batches cost the same
-    either way (8-11 us a row)."""
+    time, for up to ~10 ms after each request: at light load they woke ~100,000 times a second
+    (see docs/operations.md and docs/benchmarks.md for what a 1-ms slack saved)."""
     if slack_us <= 0 or not os.path.exists("/proc/self/timerslack_ns"):
         return argv
     return [sys.executable, "-c", _WITH_TIMER_SLACK, str(slack_us * 1000), *argv]
