@@ -1013,8 +1013,9 @@ class _LateCollection:
     and the next batch waited for it.
     Run a moment later in a thread, it overlaps the driver's work between batches (the worker
     waits for its next task meanwhile); a task that starts before it finished waits for it.
-    A task that leaves a bridge (only one that ends with fewer than :data:`GC_DEBT_OBJECTS`
-    young objects) collects and freezes them itself first; the collector then stays off while
+    A task that leaves a bridge collects and freezes its young objects itself first (one
+    that ends with more than :data:`GC_DEBT_OBJECTS` of them freezes them uncollected, as
+    :meth:`defer` does, unless a reclaim is due: that task leaves no bridge); the collector then stays off while
     the bridge serves and its re-enabling is ``owed``: the bridge runs the late collection when
     it ends, unless a task took it over (that task then owes it).
 
@@ -1064,9 +1065,9 @@ class _LateCollection:
 _LATE_COLLECTION = _LateCollection()
 LATE_COLLECTION_DELAY_S = 0.02
 BRIDGE_STOP_EARLY_S = 0.2  # a bridge stops serving this long before its lease ends
-# young objects (gc.get_count()[0]) past which a task leaves no bridge: its boundary collects
-# them after it returned, as without bridges (see _LateCollection); below it, the task collects
-# them before its bridge starts (5-24 ms for the 12,000-15,000 of a 500/s run's task)
+# young objects (gc.get_count()[0]) past which a task's objects are frozen uncollected (see
+# _LateCollection.defer), before its bridge starts or after it returned; below it, the task
+# collects them before its bridge starts (5-24 ms for the 12,000-15,000 of a 500/s run's task)
 GC_DEBT_OBJECTS = 100_000
 # tasks frozen uncollected (see _LateCollection.defer) between two full collections: ~1 MB of
 # garbage each, against a full collection of the worker's heap (~0.5-1.5 s of CPU with a
@@ -1293,9 +1294,15 @@ def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
         _settle_served(worker, sv, stats)
         # a bridge defers the task's collection (see _LateCollection), up to a debt of young
         # objects: then this boundary collects, as without bridges
+        # a task that leaves many young objects bridges too, freezing them uncollected (see
+        # _LateCollection.defer): a throughput task that ended before the batch's others kept
+        # its worker idle until the next batch (~1-2 s of a core a boundary at a million
+        # aggregates); but every RECLAIM_AFTER_DEFERRED such tasks one boundary goes unbridged,
+        # so the late collection reclaims what was frozen (a bridge keeps the collector off)
         bridging = (serve_until is not None and bridge_s > 0 and not worker.lanes and
                     not (stopping is not None and stopping()) and
-                    gc.get_count()[0] < GC_DEBT_OBJECTS)
+                    (gc.get_count()[0] < GC_DEBT_OBJECTS or
+                     _LATE_COLLECTION.deferred < RECLAIM_AFTER_DEFERRED))
     except BaseException:
         worker.abandon()
         raise
@@ -1321,8 +1328,11 @@ def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
         # and frozen here (a few milliseconds: a bridge follows only a task that left few, see
         # GC_DEBT_OBJECTS), they leave that collection nothing to walk.
         g0 = time.perf_counter()
-        gc.collect()
-        gc.freeze()
+        if gc.get_count()[0] >= GC_DEBT_OBJECTS:
+            _LATE_COLLECTION.defer()
+        else:
+            gc.collect()
+            gc.freeze()
         stats.write_s += time.perf_counter() - g0
         sv.ends, sv.waiting = dict(nxt), set()
         worker.bridge = Bridge(worker, sv, time.monotonic() + bridge_s - BRIDGE_STOP_EARLY_S,
