@@ -1015,8 +1015,8 @@ class _LateCollection:
     waits for its next task meanwhile); a task that starts before it finished waits for it.
     A task that leaves a bridge collects and freezes its young objects itself first (one
     that ends with more than :data:`GC_DEBT_OBJECTS` of them freezes them uncollected, as
-    :meth:`defer` does, unless a reclaim is due: that task leaves no bridge); the collector then stays off while
-    the bridge serves and its re-enabling is ``owed``: the bridge runs the late collection when
+    :meth:`defer` does; when a reclaim is due it leaves no bridge); the collector then stays
+    off while the bridge serves and its re-enabling is ``owed``: the bridge runs the late collection when
     it ends, unless a task took it over (that task then owes it).
 
     But PySpark's daemon collects fully between two tasks of a worker (``daemon.py``), at once:
@@ -1292,17 +1292,16 @@ def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
     try:
         _serve(worker, sv, serve_until, time.monotonic() + timeout_s, timeout_s, stats, stopping)
         _settle_served(worker, sv, stats)
-        # a bridge defers the task's collection (see _LateCollection), up to a debt of young
-        # objects: then this boundary collects, as without bridges
-        # a task that leaves many young objects bridges too, freezing them uncollected (see
-        # _LateCollection.defer): a throughput task that ended before the batch's others kept
-        # its worker idle until the next batch (~1-2 s of a core a boundary at a million
-        # aggregates); but every RECLAIM_AFTER_DEFERRED such tasks one boundary goes unbridged,
-        # so the late collection reclaims what was frozen (a bridge keeps the collector off)
+        # a bridge defers the task's collection (see _LateCollection). A task that leaves many
+        # young objects bridges too, freezing them uncollected: a throughput task that ended
+        # before the batch's others kept its worker idle until the next batch (~1-2 s of a
+        # core a boundary at a million aggregates). But every RECLAIM_AFTER_DEFERRED such tasks
+        # one boundary goes unbridged, so the late collection reclaims what was frozen (a
+        # bridge keeps the collector off).
+        in_debt = gc.get_count()[0] >= GC_DEBT_OBJECTS
         bridging = (serve_until is not None and bridge_s > 0 and not worker.lanes and
                     not (stopping is not None and stopping()) and
-                    (gc.get_count()[0] < GC_DEBT_OBJECTS or
-                     _LATE_COLLECTION.deferred < RECLAIM_AFTER_DEFERRED))
+                    (not in_debt or _LATE_COLLECTION.deferred < RECLAIM_AFTER_DEFERRED))
     except BaseException:
         worker.abandon()
         raise
@@ -1325,10 +1324,11 @@ def _run_task(worker: Worker, topic: str, ranges: dict[int, tuple[int, int]],
     if bridging:
         # PySpark's daemon collects fully between two tasks of a worker (daemon.py), holding
         # the GIL: over a task's young objects that stalled the bridge 0.1-0.4 s. Collected
-        # and frozen here (a few milliseconds: a bridge follows only a task that left few, see
-        # GC_DEBT_OBJECTS), they leave that collection nothing to walk.
+        # and frozen here (a few milliseconds for a task that left few, see GC_DEBT_OBJECTS;
+        # those of one that left many are frozen uncollected), they leave that collection
+        # nothing to walk.
         g0 = time.perf_counter()
-        if gc.get_count()[0] >= GC_DEBT_OBJECTS:
+        if in_debt:
             _LATE_COLLECTION.defer()
         else:
             gc.collect()
