@@ -115,7 +115,7 @@ def test_a_new_kraft_cluster_id_is_never_read_as_an_option() -> None:
     assert len(set(ids)) == len(ids)
 
 
-def test_the_driver_maps_the_class_archive_once_it_is_built(tmp_path: Path) -> None:
+def test_the_spark_jvms_map_the_class_archive_once_it_is_built(tmp_path: Path) -> None:
     from cqrs.devstack.class_archive import archive_path, driver_java_options
 
     def conf(**env: str) -> dict[str, str]:
@@ -133,6 +133,10 @@ def test_the_driver_maps_the_class_archive_once_it_is_built(tmp_path: Path) -> N
     assert conf()["spark.driver.extraJavaOptions"] == (
         f"-Dmine=1 -XX:SharedArchiveFile={path} -Xlog:cds=off,cds+dynamic=off")  # added to theirs
     assert conf(CQRS_SPARK_CLASS_DATA_SHARING="false")["spark.driver.extraJavaOptions"] == "-Dmine=1"
+    # local[...]: the executors are the driver; on a cluster they map it too
+    assert "spark.executor.extraJavaOptions" not in conf()
+    assert conf(CQRS_SPARK_MASTER="spark://127.0.0.1:7077")["spark.executor.extraJavaOptions"] == (
+        f"-XX:SharedArchiveFile={path} -Xlog:cds=off,cds+dynamic=off")
 
 
 def test_drivers_schedule_fair_with_the_processors_pool_configured(tmp_path: Path) -> None:

@@ -82,6 +82,7 @@ RECOVER = 900.0
 HOLD = 60.0  # a crashed service stays down at most this long (less once the system moved on)
 DRAIN = 300.0  # after the client pauses, every command sent must be answered within this
 BACKOFF = 10.0  # a job that exited is started again after this
+SETTLE = 60.0  # after the drain, the event log must hold every answer's events within this
 
 
 def _selected() -> tuple[str, ...]:
@@ -440,7 +441,7 @@ def check_invariants(rig: Rig) -> list[str]:
         sent = rig.load.snapshot()
         errors = [(s.command_id, s.error) for s in sent if s.error is not None]
         assert errors == [], errors[:5]
-        checked = _check_log(rig, sent)
+        checked = _settled_log_check(rig, sent)
         # the live read model equals the clean fold of the log (once the projector caught up)
         topics = rig.client.topics
         live: dict[str, Any] = {}
@@ -479,6 +480,30 @@ def _expected_balances(sent: list[Sent], accounts: list[str]) -> dict[str, int]:
         elif isinstance(s.command, Withdraw):
             out[s.aggregate_id] -= s.command.amount_cents
     return out
+
+
+def _settled_log_check(rig: Rig, sent: list[Sent]) -> list[str]:
+    """:func:`_check_log`, read again every 2 s for up to :data:`SETTLE` s while it fails.
+
+    Every command is answered by now, but an answer can be read before its events: the
+    processor writes a slice's events and results in one send, and a partition whose leader
+    was the killed broker takes them only once a new leader is elected, while the results'
+    partitions went on (a check read ``acc-03`` accepted at version 13 with events up to 4,
+    and the next fault's check found all 13). A hole that stays is a failure."""
+    deadline = time.monotonic() + SETTLE
+    reads = 0
+    while True:
+        reads += 1
+        try:
+            checked = _check_log(rig, sent)
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2.0)
+            continue
+        if reads > 1:
+            print(f"the log held every invariant at its read {reads}")
+        return checked
 
 
 def _check_log(rig: Rig, sent: list[Sent]) -> list[str]:
