@@ -76,9 +76,7 @@ def spark_conf(cfg: CqrsConfig) -> dict[str, str]:
     archive = driver_java_options(cfg)  # after the user's options: added to theirs
     if archive is not None:
         # and the executors' (a master other than local[...]): those on this machine map it
-        # too (the dev cluster's: its fault rig's two applications answered their first
-        # commands 45 s after the first send instead of 66, their read model 73 s instead of
-        # 114); on another host the file is missing and the JVM starts as without it
+        # too, those on another host miss the file and start as without it (docs/operations.md)
         roles = ("driver",) if cfg.spark.master.startswith("local") else ("driver", "executor")
         for role in roles:
             key = f"spark.{role}.extraJavaOptions"
