@@ -73,14 +73,17 @@ def spark_conf(cfg: CqrsConfig) -> dict[str, str]:
         # renames with java.io.File; both are atomic on a local disk.
         conf["spark.sql.streaming.checkpointFileManagerClass"] = FS_CHECKPOINT_MANAGER
     conf.update(cfg.spark.conf)
-    archive = driver_java_options(cfg)  # after the user's options: added to theirs
-    if archive is not None:
-        # and the executors' (a master other than local[...]): those on this machine map it
-        # too, those on another host miss the file and start as without it (docs/operations.md)
+    # after the options of [spark.conf], added to theirs: the [spark] java_options, then the
+    # class archive's
+    added = " ".join(o for o in (cfg.spark.java_options.strip(), driver_java_options(cfg)) if o)
+    if added:
+        # and the executors' (a master other than local[...]): those on this machine map the
+        # archive too, those on another host miss the file and start as without it
+        # (docs/operations.md)
         roles = ("driver",) if cfg.spark.master.startswith("local") else ("driver", "executor")
         for role in roles:
             key = f"spark.{role}.extraJavaOptions"
-            conf[key] = " ".join(o for o in (conf.get(key, ""), archive) if o)
+            conf[key] = " ".join(o for o in (conf.get(key, ""), added) if o)
     return conf
 
 

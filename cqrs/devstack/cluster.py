@@ -104,7 +104,7 @@ def spark_master_url(cfg: CqrsConfig) -> str:
 
 def _spark_argv(cfg: CqrsConfig, marker: str, main: str, *args: str) -> list[str]:
     home = spark_home()
-    return [services.find_java(cfg), f"-Xmx{_SPARK_DAEMON_HEAP}", "-XX:ActiveProcessorCount=2",
+    return [*services.service_java(cfg), f"-Xmx{_SPARK_DAEMON_HEAP}", "-XX:ActiveProcessorCount=2",
             marker, "-cp", f"{home / 'conf'}:{home / 'jars'}/*", main, *args]
 
 

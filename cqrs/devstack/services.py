@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -32,6 +33,7 @@ __all__ = [
     "kafka_healthy",
     "kafka_node",
     "new_cluster_id",
+    "service_java",
     "with_timer_slack",
 ]
 
@@ -118,6 +120,12 @@ def find_java(cfg: CqrsConfig) -> str:
         "the dev stack needs JDK 17 (Cassandra 5.0 runs on 11 or 17, Kafka 4 on 17+); found: "
         f"{', '.join(seen) or 'no java'}. Install openjdk-17 or set CQRS_JAVA_HOME"
     )
+
+
+def service_java(cfg: CqrsConfig) -> list[str]:
+    """The start of a service JVM's command line: :func:`find_java`'s binary and the
+    ``[dev] java_options``."""
+    return [find_java(cfg), *shlex.split(cfg.dev.java_options)]
 
 
 def _classpath(cfg: CqrsConfig, component: str) -> str:
@@ -243,7 +251,7 @@ def format_kafka_storage(cfg: CqrsConfig, node: KafkaNode | None = None,
     if (node.workdir / "data" / "meta.properties").is_file():
         return False
     proc = subprocess.run(
-        [find_java(cfg), f"-Dlog4j2.configurationFile={node.workdir / 'log4j2.yaml'}",
+        [*service_java(cfg), f"-Dlog4j2.configurationFile={node.workdir / 'log4j2.yaml'}",
          "-cp", _classpath(cfg, "kafka"), "kafka.tools.StorageTool", "format",
          "-t", cluster_id or new_cluster_id(), "-c", str(props),
          *(arg for user in node.scram_users for arg in ("--add-scram", user))],
@@ -259,7 +267,7 @@ def format_kafka_storage(cfg: CqrsConfig, node: KafkaNode | None = None,
 def kafka_argv(cfg: CqrsConfig, node: KafkaNode | None = None) -> list[str]:
     node = node or kafka_node(cfg)
     return [
-        find_java(cfg), f"-Xmx{node.heap}", f"-Xms{node.heap}", "-XX:+UseG1GC",
+        *service_java(cfg), f"-Xmx{node.heap}", f"-Xms{node.heap}", "-XX:+UseG1GC",
         "-XX:MaxGCPauseMillis=20", "-XX:ActiveProcessorCount=2", "-XX:+ExitOnOutOfMemoryError",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={node.workdir / 'log4j2.yaml'}",
@@ -399,7 +407,7 @@ def cassandra_argv(cfg: CqrsConfig, node: CassandraNode | None = None) -> list[s
     jars = require_installed(cfg.dev, "cassandra")
     agent = sorted(jars.glob("jamm-*.jar"))
     return with_timer_slack([
-        find_java(cfg), f"-Xmx{node.heap}", f"-Xms{node.heap}", "-Xss512k",
+        *service_java(cfg), f"-Xmx{node.heap}", f"-Xms{node.heap}", "-Xss512k",
         # a 20-ms pause target (Kafka's here), not Cassandra's default 300: under a stream of
         # 1,000-row history reads its young pauses went 15-18 -> 2.5-7 ms, and the reads they
         # held up past 20 ms 25 -> 10 in 4,000

@@ -139,6 +139,37 @@ def test_the_spark_jvms_map_the_class_archive_once_it_is_built(tmp_path: Path) -
         f"-XX:SharedArchiveFile={path} -Xlog:cds=off,cds+dynamic=off")
 
 
+def test_java_options_go_to_the_spark_jvms_and_the_services(tmp_path: Path) -> None:
+    from cqrs.devstack.class_archive import archive_path
+    from cqrs.devstack.services import find_java, service_java
+
+    def conf(**env: str) -> dict[str, str]:
+        return spark_conf(load_config(env={"CQRS_HOME": str(tmp_path),
+                                           "CQRS_SPARK_USE_LOCAL_JARS": "false", **env},
+                                      spark={"conf": {"spark.driver.extraJavaOptions": "-Dmine=1"}}))
+
+    quick = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    assert conf(CQRS_SPARK_JAVA_OPTIONS=quick)["spark.driver.extraJavaOptions"] == f"-Dmine=1 {quick}"
+    assert "spark.executor.extraJavaOptions" not in conf(CQRS_SPARK_JAVA_OPTIONS=quick)
+    path = archive_path(load_config(env={"CQRS_HOME": str(tmp_path)}).dev)
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"an archive")
+    archive = f"-XX:SharedArchiveFile={path} -Xlog:cds=off,cds+dynamic=off"
+    # after [spark.conf]'s, before the archive's; a cluster's executors get both
+    on_cluster = conf(CQRS_SPARK_JAVA_OPTIONS=quick, CQRS_SPARK_MASTER="spark://127.0.0.1:7077")
+    assert on_cluster["spark.driver.extraJavaOptions"] == f"-Dmine=1 {quick} {archive}"
+    assert on_cluster["spark.executor.extraJavaOptions"] == f"{quick} {archive}"
+    # the services': after the java binary, split as a shell would
+    try:
+        java = find_java(load_config(env={}))
+    except DevStackError:
+        pytest.skip("no JDK 17 here")
+    cfg = load_config(env={"CQRS_DEV_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1  '-Dx=a b'"})
+    assert service_java(cfg) == [java, "-XX:TieredStopAtLevel=1", "-Dx=a b"]
+    assert service_java(load_config(env={})) == [java]
+
+
 def test_drivers_schedule_fair_with_the_processors_pool_configured(tmp_path: Path) -> None:
     from cqrs.processor.job import PROCESSOR_POOL
 
