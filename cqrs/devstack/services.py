@@ -342,6 +342,9 @@ def _cassandra_yaml(cfg: CqrsConfig, node: CassandraNode) -> Path:
     # the token itself goes on the command line (-Dcassandra.initial_token wins over the yaml)
     tokens = ("num_tokens: 1\n" if node.initial_token else
               "num_tokens: 4\nallocate_tokens_for_local_replication_factor: 1\n")
+    # auto_snapshot off: a dev stack's tables come and go (every test and bench run makes and
+    # drops its own), and each DROP or TRUNCATE would first flush the table and keep a snapshot
+    # of it on disk (a short test run left 100 snapshot folders)
     yaml.write_text(f"""\
 cluster_name: {node.cluster_name}
 {tokens}partitioner: org.apache.cassandra.dht.Murmur3Partitioner
@@ -377,6 +380,7 @@ batch_size_warn_threshold: 64KiB
 batch_size_fail_threshold: 640KiB
 write_request_timeout: 5000ms
 read_request_timeout: 10000ms
+auto_snapshot: false
 """)
     (home / "logback.xml").write_text(_CASSANDRA_LOGBACK)
     return yaml
