@@ -228,8 +228,8 @@ class SparkSettings:
         "", "CQRS_SPARK_JAVA_OPTIONS",
         "Extra JVM options of the driver and a cluster's executors (before the class "
         "archive's), e.g. `-XX:TieredStopAtLevel=1 -XX:+UseSerialGC` for a test suite's "
-        "short-lived sessions (.ci/run sets them: its Spark tests ran 8-13 % sooner); none for "
-        "a long-running job, whose JIT pays off.",
+        "short-lived sessions (.ci/run sets them, see docs/operations.md); none for a "
+        "long-running job, whose JIT pays off.",
     )
     conf: dict[str, str] = setting({}, None, "Any other Spark option, passed through as is.")
 
@@ -279,8 +279,8 @@ class DevSettings:
         "", "CQRS_DEV_JAVA_OPTIONS",
         "Extra JVM options of every service JVM `cqrs dev` starts (Kafka, Cassandra, the "
         "cluster's Spark daemons), before the services' own, e.g. `-XX:TieredStopAtLevel=1` "
-        "for a test run's stack (.ci/run sets it: its Spark tests ran ~10 % sooner). Not a "
-        "garbage collector: the services choose theirs.",
+        "for a test run's stack (.ci/run sets it, see docs/operations.md). Not a garbage "
+        "collector: the services choose theirs.",
     )
     start_timeout_s: float = setting(
         180.0, "CQRS_DEV_START_TIMEOUT", "Seconds to wait for a service to become healthy."

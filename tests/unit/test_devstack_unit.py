@@ -115,13 +115,17 @@ def test_a_new_kraft_cluster_id_is_never_read_as_an_option() -> None:
     assert len(set(ids)) == len(ids)
 
 
+def _conf_with_driver_option(home: Path, **env: str) -> dict[str, str]:
+    """spark_conf under ``home`` with ``env``, the user's [spark.conf] giving the driver -Dmine=1."""
+    return spark_conf(load_config(env={"CQRS_HOME": str(home), "CQRS_SPARK_USE_LOCAL_JARS": "false", **env},
+                                  spark={"conf": {"spark.driver.extraJavaOptions": "-Dmine=1"}}))
+
+
 def test_the_spark_jvms_map_the_class_archive_once_it_is_built(tmp_path: Path) -> None:
     from cqrs.devstack.class_archive import archive_path, driver_java_options
 
     def conf(**env: str) -> dict[str, str]:
-        return spark_conf(load_config(env={"CQRS_HOME": str(tmp_path),
-                                           "CQRS_SPARK_USE_LOCAL_JARS": "false", **env},
-                                      spark={"conf": {"spark.driver.extraJavaOptions": "-Dmine=1"}}))
+        return _conf_with_driver_option(tmp_path, **env)
 
     cfg = load_config(env={"CQRS_HOME": str(tmp_path)})
     path = archive_path(cfg.dev)
@@ -144,9 +148,7 @@ def test_java_options_go_to_the_spark_jvms_and_the_services(tmp_path: Path) -> N
     from cqrs.devstack.services import find_java, service_java
 
     def conf(**env: str) -> dict[str, str]:
-        return spark_conf(load_config(env={"CQRS_HOME": str(tmp_path),
-                                           "CQRS_SPARK_USE_LOCAL_JARS": "false", **env},
-                                      spark={"conf": {"spark.driver.extraJavaOptions": "-Dmine=1"}}))
+        return _conf_with_driver_option(tmp_path, **env)
 
     quick = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     assert conf(CQRS_SPARK_JAVA_OPTIONS=quick)["spark.driver.extraJavaOptions"] == f"-Dmine=1 {quick}"
