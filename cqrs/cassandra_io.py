@@ -18,8 +18,8 @@ from typing import Any
 from cqrs.config import CassandraSettings
 from cqrs.errors import CqrsError
 
-__all__ = ["CQL_PROTOCOL_VERSION", "MAX_BATCH_BYTES", "CassandraSession", "CassandraUnavailableError",
-           "InvalidIdentifierError", "consistency_level", "cql_bigint", "cql_cluster",
+__all__ = ["CQL_PROTOCOL_VERSION", "MAX_BATCH_BYTES", "UNSENT_RETRY_S", "CassandraSession",
+           "CassandraUnavailableError", "InvalidIdentifierError", "consistency_level", "cql_bigint", "cql_cluster",
            "cql_int", "identifier", "quote", "replication_map"]
 
 CQL_PROTOCOL_VERSION = 4
@@ -39,6 +39,9 @@ def cql_cluster(contact_points: Sequence[str], port: int, **options: Any) -> Any
     return Cluster(list(contact_points), port=port, protocol_version=CQL_PROTOCOL_VERSION,
                    **options)
 
+
+UNSENT_RETRY_S = 10.0
+"""How long :meth:`CassandraSession.execute` sends again a statement that reached no node."""
 
 # Cassandra warns about a batch over 5 KiB and refuses one over 50 KiB by default (the dev
 # stack allows 64 / 640): larger rows are written in smaller batches, a very large one alone
@@ -252,15 +255,35 @@ class CassandraSession:
         it waits until every node has the new schema: the driver does so only when the
         statement changed something, not when ``IF NOT EXISTS`` found what another process
         created a moment before, and a node that has not seen that table yet fails reads of
-        it (``INCOMPATIBLE_SCHEMA``)."""
+        it (``INCOMPATIBLE_SCHEMA``).
+
+        A statement the driver sent to no node at all (``NoHostAvailable`` with no node's
+        error: its query plan was empty for a moment) is sent again, for up to
+        :data:`UNSENT_RETRY_S`: it cannot have run anywhere. Seen once as the demo's five
+        processors prepared at once on a loaded machine, at their first ``CREATE TABLE``."""
         try:
-            result = self.session.execute(cql, params)
+            result = self._execute_sent(cql, params)
             if isinstance(cql, str) and _SCHEMA_CHANGE.match(cql):
                 self._await_schema_agreement()
             return result
         except Exception as exc:
             shown = getattr(cql, "query_string", cql)
             raise self.error(f"Cassandra statement {shown!r} failed: {exc}") from exc
+
+    def _execute_sent(self, cql: str | Any, params: Sequence[Any]) -> Any:
+        """``session.execute``, again while the driver reports it reached no node."""
+        import time
+
+        from cassandra.cluster import NoHostAvailable
+
+        deadline = time.monotonic() + UNSENT_RETRY_S
+        while True:
+            try:
+                return self.session.execute(cql, params)
+            except NoHostAvailable as exc:
+                if exc.errors or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def concurrent(self, stmt: Any, params: Sequence[Sequence[Any]]) -> list[Any]:
         """``stmt`` once per row of ``params``, concurrently; the results in order."""
