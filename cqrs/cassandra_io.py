@@ -19,8 +19,8 @@ from cqrs.config import CassandraSettings
 from cqrs.errors import CqrsError
 
 __all__ = ["CQL_PROTOCOL_VERSION", "MAX_BATCH_BYTES", "UNSENT_RETRY_S", "CassandraSession",
-           "CassandraUnavailableError", "InvalidIdentifierError", "consistency_level", "cql_bigint", "cql_cluster",
-           "cql_int", "identifier", "quote", "replication_map"]
+           "CassandraUnavailableError", "InvalidIdentifierError", "consistency_level",
+           "cql_bigint", "cql_cluster", "cql_int", "identifier", "quote", "replication_map"]
 
 CQL_PROTOCOL_VERSION = 4
 """The native protocol every connection of the framework (and of its tests) asks for. Version 5

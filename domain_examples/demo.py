@@ -90,7 +90,11 @@ class Demo:
         self.step_no += 1
         self.say(f"\n[{self.step_no}/{STEPS}] {title}  (+{time.monotonic() - self.started:.0f} s)")
 
-    def check(self, ok: bool, what: str) -> None:
+    def check(self, ok: bool, what: str, found: Any = None) -> None:
+        """Say whether ``what`` held; when not, remember it, with ``found`` (what was seen
+        instead, if given: the failed checks are the last lines a test shows)."""
+        if not ok and found is not None:
+            what = f"{what} (found {found})"
         self.say(f"  {'ok ' if ok else 'FAIL'} {what}")
         if not ok:
             self.problems.append(what)
@@ -241,9 +245,8 @@ class Demo:
                      d.message_type) for d in letters], max_width=60)
         found = [(d.stage, d.error_type) for d in letters]
         self.check(found == [("handler", "ComplianceServiceError")],
-                   "the crashing handler's command is in bank's dead-letter topic, untouched"
-                   + ("" if found == [("handler", "ComplianceServiceError")] else
-                      f" (found {len(found)} dead letter(s): {found})"))
+                   "the crashing handler's command is in bank's dead-letter topic, untouched",
+                   found)
         self.show_retry_letters()
 
     def show_retry_letters(self) -> None:
@@ -264,9 +267,7 @@ class Demo:
         recorded = [(r.state, r.error_type) for r in listing.letters]
         self.check(recorded == [("parked", "ComplianceServiceError")],
                    "the retry job parked it for an operator at once: bank declares no transient "
-                   "error, so a handler crash is an answer, not something to wait for"
-                   + ("" if recorded == [("parked", "ComplianceServiceError")] else
-                      f" (found {recorded})"))
+                   "error, so a handler crash is an answer, not something to wait for", recorded)
 
     # ---- process managers ---------------------------------------------------------------------
 
