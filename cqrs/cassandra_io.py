@@ -200,18 +200,35 @@ class CassandraSession:
         every unqualified statement with "No keyspace has been specified" (seen on two nodes,
         with a keyspace another process had created a moment before). A session made with
         the keyspace sets it on each connection as it opens, or keeps the node down until it
-        can. Schema agreement first, so that every node knows the keyspace."""
+        can. Schema agreement first, so that every node knows the keyspace; then a ``USE`` of
+        it on the setup session, until the node answers it: a ``CREATE KEYSPACE IF NOT EXISTS``
+        sent while another process's creation of it is still being applied (the first schema
+        change after a restart took ~2 s) returns at once, before the node can use it, and the
+        session's connections then failed their ``USE`` (the driver marked the node down and
+        closed them, under the first statements: seen as the demo's five processors started
+        on a freshly restarted Cassandra)."""
+        import time
+
+        from cassandra import InvalidRequest
+        from cassandra.cluster import NoHostAvailable
+
         setup = self.cluster.connect()
         try:
             if self.keyspace not in self.cluster.metadata.keyspaces:
                 setup.execute(f"CREATE KEYSPACE IF NOT EXISTS {quote(self.keyspace)} WITH "
                               f"replication = {replication}")
             self._await_schema_agreement()
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    setup.execute(f"USE {quote(self.keyspace)}")
+                    break
+                except InvalidRequest:  # "Keyspace ... does not exist", yet
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
         finally:
             setup.shutdown()
-        import time
-
-        from cassandra.cluster import NoHostAvailable
 
         deadline = time.monotonic() + 60
         while True:  # a node may still lack a keyspace made a moment ago by another process

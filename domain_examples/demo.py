@@ -243,10 +243,17 @@ class Demo:
         self.table(["position", "stage", "error", "aggregate", "command"],
                    [(d.position, d.stage, f"{d.error_type}: {d.error}", d.aggregate_id,
                      d.message_type) for d in letters], max_width=60)
-        found = [(d.stage, d.error_type) for d in letters]
+        # a letter is written at least once: a batch decided again (after a crash, or after a
+        # bridge that overran its lease) writes the same letter again, which the retry job
+        # records once (docs/dead-letters.md); different letters would be a bug
+        copies = {(d.source_topic, d.source_partition, d.source_offset, d.stage, d.error_type,
+                   d.error, d.attempt, d.key, d.value): d for d in letters}
+        found = [(d.stage, d.error_type) for d in copies.values()]
+        written = "" if len(letters) == len(copies) else \
+            f" (written {len(letters)} times, the same letter: at least once)"
         self.check(found == [("handler", "ComplianceServiceError")],
-                   "the crashing handler's command is in bank's dead-letter topic, untouched",
-                   found)
+                   "the crashing handler's command is in bank's dead-letter topic, untouched"
+                   + written, found)
         self.show_retry_letters()
 
     def show_retry_letters(self) -> None:

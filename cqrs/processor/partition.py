@@ -1073,7 +1073,8 @@ GC_DEBT_OBJECTS = 100_000
 # garbage each, against a full collection of the worker's heap (~0.5-1.5 s of CPU with a
 # million states) each time
 RECLAIM_AFTER_DEFERRED = 32
-LEASE_MARGIN_S = 0.5  # a task of another worker waits this long past a bridge's lease
+LEASE_MARGIN_S = 2.0  # a task of another worker waits this long past a bridge's lease (a bridge
+# settling on a loaded machine can take longer than 0.5 s, and a task going on decides again)
 LEASE_POLL_S = 0.02
 
 
@@ -1243,6 +1244,13 @@ def _wait_for_bridges(worker: Worker, topic: str, ranges: dict[int, tuple[int, i
         if not any((until := pos.lease_until) is not None and pos.owner != worker.token and
                    now < until + LEASE_MARGIN_S
                    for p in ranges if (pos := positions.get(p)) is not None):
+            late = sorted(p for p in ranges if (pos := positions.get(p)) is not None and
+                          pos.lease_until is not None and pos.owner != worker.token)
+            if late:
+                print(f"cqrs processor: {topic} {late}: another worker's bridge recorded no end "
+                      f"within its lease + {LEASE_MARGIN_S} s; this task goes on from its last "
+                      "recorded positions (what the bridge decided since is decided again, "
+                      "with the same records)", file=sys.stderr, flush=True)
             return positions
         time.sleep(LEASE_POLL_S)
         positions = worker.table.positions(worker.generation, topic)
