@@ -197,6 +197,23 @@ def test_a_bridge_serves_between_tasks_and_the_next_task_of_its_worker_takes_ove
     assert len(read_to_end(fx.cfg, [fx.topics.events])) == 2 and len(_results(fx)) == 2
 
 
+def test_a_bridge_that_records_no_end_is_waited_for_past_its_lease_then_said_and_overtaken(
+        fx: Fixture, capsys: pytest.CaptureFixture[str]) -> None:
+    """A worker that died while bridging (its lease ran out 1 s ago, no end recorded): the next
+    task waits until LEASE_MARGIN_S past the lease, says so, and goes on from the position."""
+    from cqrs.processor.partition import LEASE_MARGIN_S
+    from cqrs.processor.state_table import bridged
+
+    end = fx.send(("acc-1", OpenAccount("ann")))
+    lease = time.time() - 1.0
+    fx.worker.table.write_positions(fx.worker.generation, fx.topics.commands,
+                                    {0: Position(0, bridged("a-dead-worker", lease))})
+    took = run_task(fx.worker, fx.topics.commands, {0: (0, end)})
+    assert time.time() >= lease + LEASE_MARGIN_S  # it waited for the bridge's end
+    assert took.commands == 1 and fx.position() == Position(end, fx.worker.token)
+    assert "another worker's bridge recorded no end" in capsys.readouterr().err
+
+
 def test_a_task_of_another_worker_waits_for_the_bridge_and_goes_on_from_where_it_got(fx: Fixture) -> None:
     end = fx.send(("acc-1", OpenAccount("ann")))
     run_task(fx.worker, fx.topics.commands, {0: (0, end)}, time.monotonic() + 0.3)
