@@ -1241,13 +1241,11 @@ def _wait_for_bridges(worker: Worker, topic: str, ranges: dict[int, tuple[int, i
     recorded a plain position, or its lease and :data:`LEASE_MARGIN_S` passed)."""
     while True:
         now = time.time()
-        if not any((until := pos.lease_until) is not None and pos.owner != worker.token and
-                   now < until + LEASE_MARGIN_S
-                   for p in ranges if (pos := positions.get(p)) is not None):
-            late = sorted(p for p in ranges if (pos := positions.get(p)) is not None and
-                          pos.lease_until is not None and pos.owner != worker.token)
-            if late:
-                print(f"cqrs processor: {topic} {late}: another worker's bridge recorded no end "
+        leases = {p: until for p in ranges if (pos := positions.get(p)) is not None and
+                  (until := pos.lease_until) is not None and pos.owner != worker.token}
+        if all(now >= until + LEASE_MARGIN_S for until in leases.values()):
+            if leases:  # bridged still: their bridges ended without recording it
+                print(f"cqrs processor: {topic} {sorted(leases)}: another worker's bridge recorded no end "
                       f"within its lease + {LEASE_MARGIN_S} s; this task goes on from its last "
                       "recorded positions (what the bridge decided since is decided again, "
                       "with the same records)", file=sys.stderr, flush=True)
