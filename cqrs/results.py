@@ -19,7 +19,7 @@ from cqrs.codec.binary import Mismatch, leading_strings
 from cqrs.codec.single_object import HEADER_SIZE, MAGIC
 from cqrs.domain._names import TYPE_ATTR
 from cqrs.domain.decision import event_id_for
-from cqrs.native import builder
+from cqrs.native import builder, native
 
 __all__ = [
     "ACCEPTED",
@@ -283,6 +283,25 @@ class AggregateRecord:
                                         max_count)
                 or self._remember_trimmed(version, deleted, snapshot, new, window_ms, max_count))
 
+    def remember_accepted(self, version: int, deleted: bool, snapshot: bytes | None,
+                          command_id: str, timestamp: _dt.datetime, answered: int, events: int,
+                          source_partition: int, source_offset: int, window_ms: int,
+                          max_count: int) -> AggregateRecord:
+        """:meth:`remember` of one plain acceptance (the fields of :func:`accepted_seen`;
+        ``answered``: the version its result names): the commonest step of the memory, one
+        command per aggregate per batch, done natively (``cqrs_native``, ~1 us instead of ~8)
+        when nothing falls out of the memory; the same record either way."""
+        if _remember_accepted is not None:
+            record = _remember_accepted(self, _make_record, _UTC, command_id, timestamp, answered,
+                                        events, source_partition, source_offset, version,
+                                        deleted, snapshot, window_ms, max_count)
+            if record is not None:
+                return record  # type: ignore[no-any-return]
+        return self.remember(version, deleted, snapshot,
+                             [accepted_seen(command_id, timestamp, answered, events,
+                                            source_partition, source_offset)],
+                             window_ms, max_count)
+
     def _remember_dropping(self, version: int, deleted: bool, snapshot: bytes | None,
                            new: Sequence[SeenCommand], new_times: list[int], window_ms: int,
                            max_count: int) -> AggregateRecord | None:
@@ -416,6 +435,7 @@ _SET_BOUNDS: Final = object.__setattr__
 # made with every field given, once or twice a command (see cqrs.native.builder)
 _make_record: Final = builder(AggregateRecord)
 _make_seen: Final = builder(SeenCommand)
+_remember_accepted: Final = None if native is None else native.remember_accepted
 
 
 def _pack(code: str, values: Sequence[int]) -> bytes:

@@ -140,6 +140,11 @@ class DedupPolicy:
     max_per_aggregate: int = 1000
 
 
+# a plain acceptance's entry in the dedup memory, as its fields (see accepted_seen): command id,
+# timestamp, the version answered, events, source partition and offset
+_Acceptance = tuple[str, Any, int, int, int, int]
+
+
 @attrs.define(slots=True)
 class _Pending:
     record: InputRecord
@@ -294,7 +299,8 @@ class AggregateStep:
             batch_ids.add(cid)
             pending.append(_Pending(rec, env, command))
 
-        new_seen: list[SeenCommand] = []
+        # answers to remember: entries, or a plain acceptance's fields (see accepted_seen)
+        new_seen: list[SeenCommand | _Acceptance] = []
         deadlines: list[StoredDeadline] = []
         version = current.version
         snapshot = current.snapshot
@@ -396,9 +402,10 @@ class AggregateStep:
                         if result_bytes and len(result_bytes) + 4 * len(cid) <= result_room:
                             out.append(OutputRecord(results_topic, cid.encode(), result_bytes,
                                                     [], self._reply_partition(env), ACCEPTED))
-                            new_seen.append(accepted_seen(
-                                cid, env.timestamp, outcome.version, len(outcome.events),
-                                rec.partition, rec.offset))
+                            # its fields: an entry is made of them once the step knows
+                            # whether it is the batch's only one (remember_accepted, below)
+                            new_seen.append((cid, env.timestamp, outcome.version,
+                                             len(outcome.events), rec.partition, rec.offset))
                             continue
                     result = self._result(p, aggregate_type, aggregate_id, outcome)
                     result_bytes = encode(result)
@@ -452,6 +459,14 @@ class AggregateStep:
                 snapshot = None if state_now is None else self.codec.encode(state_now)
                 agg_state = state_now
 
+        if len(new_seen) == 1 and type(new_seen[0]) is tuple and not duplicates:
+            record = current.remember_accepted(version, deleted, snapshot, *new_seen[0],
+                                               self.dedup.window_ms, self.dedup.max_per_aggregate)
+            if streams_changed:
+                record = record.with_streams(positions or {}, retrying or set())
+            return StepResult(record, agg_state, out, deadlines)
+        new_seen = [s if type(s) is SeenCommand else accepted_seen(*s)  # type: ignore[misc]
+                    for s in new_seen]
         by_id = {s.command_id: s for s in [*current.seen, *new_seen]} if duplicates else {}
         for dup_env, cid in duplicates:  # the first answer again, byte for byte
             first = by_id.get(cid)
