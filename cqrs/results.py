@@ -289,8 +289,8 @@ class AggregateRecord:
                           max_count: int) -> AggregateRecord:
         """:meth:`remember` of one plain acceptance (the fields of :func:`accepted_seen`;
         ``answered``: the version its result names): the commonest step of the memory, one
-        command per aggregate per batch, done natively (``cqrs_native``, ~1 us instead of ~8)
-        when nothing falls out of the memory; the same record either way."""
+        command per aggregate per batch, done natively (``cqrs_native``: the step ~6 us quicker
+        a command) when nothing falls out of the memory; the same record either way."""
         if _remember_accepted is not None:
             record = _remember_accepted(self, _make_record, _UTC, command_id, timestamp, answered,
                                         events, source_partition, source_offset, version,

@@ -459,16 +459,29 @@ class AggregateStep:
                 snapshot = None if state_now is None else self.codec.encode(state_now)
                 agg_state = state_now
 
+        window, most = self.dedup.window_ms, self.dedup.max_per_aggregate
         if len(new_seen) == 1 and type(new_seen[0]) is tuple and not duplicates:
-            record = current.remember_accepted(version, deleted, snapshot, *new_seen[0],
-                                               self.dedup.window_ms, self.dedup.max_per_aggregate)
-            if streams_changed:
-                record = record.with_streams(positions or {}, retrying or set())
-            return StepResult(record, agg_state, out, deadlines)
-        new_seen = [s if type(s) is SeenCommand else accepted_seen(*s)  # type: ignore[misc]
+            record = current.remember_accepted(version, deleted, snapshot, *new_seen[0], window,
+                                               most)
+        else:
+            seen = [s if type(s) is SeenCommand else accepted_seen(*s)  # type: ignore[misc]
                     for s in new_seen]
-        by_id = {s.command_id: s for s in [*current.seen, *new_seen]} if duplicates else {}
-        for dup_env, cid in duplicates:  # the first answer again, byte for byte
+            if duplicates:
+                self._answer_again(current, seen, duplicates, aggregate_type, aggregate_id, out)
+            if not seen and version == current.version and not streams_changed:
+                return StepResult(None, agg_state, out, deadlines)  # nothing to store
+            record = current.remember(version, deleted, snapshot, seen, window, most)
+        if streams_changed:
+            record = record.with_streams(positions or {}, retrying or set())
+        return StepResult(record, agg_state, out, deadlines)
+
+    def _answer_again(self, current: AggregateRecord, new_seen: list[SeenCommand],
+                      duplicates: list[tuple[Envelope, str]], aggregate_type: str,
+                      aggregate_id: str, out: list[OutputRecord]) -> None:
+        """Append to ``out`` the first answer again, byte for byte, of each command id seen
+        before (in ``current``'s memory or earlier in the batch, ``new_seen``)."""
+        by_id = {s.command_id: s for s in [*current.seen, *new_seen]}
+        for dup_env, cid in duplicates:
             first = by_id.get(cid)
             if first is None:  # the first has no answer yet (a transient failure): neither has it
                 continue
@@ -480,14 +493,6 @@ class AggregateStep:
                 # marked, so that counts of results (the status board's) do not count it twice
                 record.headers = [DUPLICATE_HEADER]
                 out.append(record)
-
-        if not new_seen and version == current.version and not streams_changed:
-            return StepResult(None, agg_state, out, deadlines)  # nothing to store
-        record = current.remember(version, deleted, snapshot, new_seen,
-                                  self.dedup.window_ms, self.dedup.max_per_aggregate)
-        if streams_changed:
-            record = record.with_streams(positions or {}, retrying or set())
-        return StepResult(record, agg_state, out, deadlines)
 
     def timed_out(self, aggregate_type: str, aggregate_id: str, state: AggregateRecord | None,
                   rec: InputRecord, seconds: float) -> StepResult:
