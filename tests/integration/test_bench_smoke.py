@@ -95,6 +95,8 @@ def _in_process_lane(results: Path) -> list[Smoke]:
               ("history-*.json",)),
         Smoke("bench/state_read.py", ("--aggregates", "5", "--reads", "5"),
               ("RESULT state_reader reads=5", "RESULT http reads=5")),
+        Smoke("bench/state_store.py", ("--rows", "200", "--rounds", "1", "--no-settle"),
+              ("RESULT cassandra rows round=1", "RESULT kafka changelog round=1")),
     ]
 
 
