@@ -39,7 +39,7 @@ COMMAND_ID_HEADER = "cqrs.command_id"
 # workplace's does; uv compiles nothing at install) made each of them compile pyspark and the
 # framework from source as it started (~1.6 s of imports against ~0.6), which a rebuild waits
 # for: 200,000 events rebuilt in 6.3-6.9 s that way against 5.4-5.9 s with bytecode (2026-12-03).
-# They inherit this process's environment: each script that starts them imports this module first.
+# They inherit this process's environment: each script that starts them imports this module before.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
