@@ -231,7 +231,7 @@ class SparkSettings:
         "short-lived sessions (.ci/run sets them, see docs/operations.md); none for a "
         "long-running job, whose JIT pays off.",
     )
-    conf: dict[str, str] = setting({}, None, "Any other Spark option, passed through as is.")
+    conf: dict[str, str] = setting({}, None, "Any other Spark option, passed through as is (over the framework's own: see cqrs.spark_session.spark_conf, e.g. spark.sql.streaming.pollingDelay 50ms).")
 
     def checkpoint_location(self, *parts: str) -> str:
         """Checkpoint folder of one query: ``<checkpoint_dir>/<parts...>`` (``~`` expanded)."""

@@ -162,6 +162,24 @@ class OffsetReader:
             self.close()  # reconnect on the next call; this one takes the slow, retrying path
             return watermarks(self.cfg, self.topic)
 
+    def ends(self) -> dict[int, int]:
+        """``partition -> high`` alone, in one ListOffsets request for every partition (a
+        timestamp of -1 asks for the latest offset; :meth:`watermarks` makes two requests per
+        partition). A streaming source asks this each time Spark polls for new data, every
+        ``spark.sql.streaming.pollingDelay`` while nothing comes."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        if self._consumer is None:
+            return {p: high for p, (_, high) in self.watermarks().items()}
+        try:
+            found = self._consumer.offsets_for_times(
+                [TopicPartition(self.topic, p, -1) for p in self._partitions], timeout=30)
+        except KafkaException:
+            found = None
+        if found is None or any(tp.error is not None or tp.offset < 0 for tp in found):
+            return {p: high for p, (_, high) in self.watermarks().items()}
+        return {tp.partition: tp.offset for tp in found}
+
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()

@@ -57,6 +57,14 @@ def spark_conf(cfg: CqrsConfig) -> dict[str, str]:
         # cqrs.processor.job.start_processor): a freed core goes to the pool running fewest
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": str(POOLS_FILE),
+        # how long a streaming query waits before asking its source again while nothing new
+        # came (Spark's default 10 ms): an idle `cqrs run app` of the bank example, its queries
+        # asking 100 times a second, kept 0.43 of a core of the 2-core machine busy between the
+        # app, Kafka and Cassandra; at 50 ms (and the processor source's one request a poll,
+        # see OffsetReader.ends) 0.16. A stream with data never waits; the first command after a
+        # quiet spell (no serving task or bridge left, see [processor] serve_seconds) and a
+        # projector's first event after one wait up to 40 ms more
+        "spark.sql.streaming.pollingDelay": "50ms",
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }

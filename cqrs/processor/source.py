@@ -47,6 +47,7 @@ from cqrs.processor.partition import STATS_FIELDS, Worker
 from cqrs.processor.workers import ProcessorOptions, worker_for
 
 if TYPE_CHECKING:
+    from cqrs.kafka_io import OffsetReader
     from cqrs.processor.state_table import Position
 
 __all__ = [
@@ -166,12 +167,15 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
     def __getstate__(self) -> dict[str, Any]:  # tasks get the settings, not the consumer
         return {"settings": self.settings, "_offsets": None}
 
-    def _marks(self) -> dict[int, tuple[int, int]]:
+    def _reader(self) -> OffsetReader:
         from cqrs.kafka_io import OffsetReader
 
         if self._offsets is None:
             self._offsets = OffsetReader(self.settings.cfg, self.settings.topic)
-        return self._offsets.watermarks()
+        return self._offsets
+
+    def _marks(self) -> dict[int, tuple[int, int]]:
+        return self._reader().watermarks()
 
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
         marks = self._marks()
@@ -203,7 +207,7 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
                 f"{self.settings.topic!r} (another topic prefix?): offsets of one topic would skip "
                 "commands of the other. Give each topic prefix a checkpoint of its own (the "
                 "default, <checkpoint_dir>/<topic prefix><app>/processor, does), or pass --checkpoint")
-        ends: dict[str, Any] = {str(p): high for p, (_, high) in self._marks().items()}
+        ends: dict[str, Any] = {str(p): high for p, high in self._reader().ends().items()}
         if self._target is not None:
             ends = {p: min(o, self._target.get(p, o)) for p, o in ends.items()}
         start = _partitions_of(start)

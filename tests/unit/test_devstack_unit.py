@@ -47,6 +47,13 @@ def test_spark_options_rocksdb_changelog_and_user_overrides(tmp_path: Path) -> N
         spark_conf(load_config(env={"CQRS_HOME": str(tmp_path)}))
 
 
+def test_an_idle_query_asks_its_source_every_50_ms_unless_the_user_says_otherwise(tmp_path: Path) -> None:
+    env = {"CQRS_HOME": str(tmp_path), "CQRS_SPARK_USE_LOCAL_JARS": "false"}
+    key = "spark.sql.streaming.pollingDelay"
+    assert spark_conf(load_config(env=env))[key] == "50ms"
+    assert spark_conf(load_config(env=env, spark={"conf": {key: "10ms"}}))[key] == "10ms"
+
+
 def test_local_checkpoints_use_the_file_system_checkpoint_manager(tmp_path: Path) -> None:
     def conf(checkpoint_dir: str) -> dict[str, str]:
         return spark_conf(load_config(env={"CQRS_SPARK_USE_LOCAL_JARS": "false",
