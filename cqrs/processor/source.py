@@ -177,6 +177,9 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
     def _marks(self) -> dict[int, tuple[int, int]]:
         return self._reader().watermarks()
 
+    def _ends(self) -> dict[int, int]:
+        return self._reader().ends()
+
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
         marks = self._marks()
         start: dict[str, Any] = {str(p): low for p, (low, _) in marks.items()}
@@ -207,7 +210,7 @@ class CommandReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # typ
                 f"{self.settings.topic!r} (another topic prefix?): offsets of one topic would skip "
                 "commands of the other. Give each topic prefix a checkpoint of its own (the "
                 "default, <checkpoint_dir>/<topic prefix><app>/processor, does), or pass --checkpoint")
-        ends: dict[str, Any] = {str(p): high for p, high in self._reader().ends().items()}
+        ends: dict[str, Any] = {str(p): high for p, high in self._ends().items()}
         if self._target is not None:
             ends = {p: min(o, self._target.get(p, o)) for p, o in ends.items()}
         start = _partitions_of(start)

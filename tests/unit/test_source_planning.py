@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from cqrs.config import load_config
 from cqrs.processor.workers import ProcessorOptions
@@ -56,9 +57,15 @@ def test_a_large_batch_is_shared_by_load_whole_partitions_per_task() -> None:
         0: (0, n), 1: (0, n // 2), 2: (0, n // 2), 3: (0, 0)}
 
 
+def _kafka_says(reader: CommandReader, marks: Callable[[], dict[int, tuple[int, int]]]) -> None:
+    """The reader's view of the topic: ``marks()`` its (low, high) watermarks, and the ends."""
+    reader._marks = marks  # type: ignore[method-assign]
+    reader._ends = lambda: {p: high for p, (_, high) in marks().items()}  # type: ignore[method-assign]
+
+
 def test_a_continuous_source_moves_its_tick_so_batches_follow_each_other() -> None:
     reader = _reader(2.0, continuous=True)
-    reader._marks = lambda: {0: (0, 5), 1: (0, 3)}  # type: ignore[method-assign]
+    _kafka_says(reader, lambda: {0: (0, 5), 1: (0, 3)})
     first = reader.latestOffset({"0": 5, "1": 3}, None)
     second = reader.latestOffset(first, None)
     assert {k: v for k, v in first.items() if k != TICK} == {"0": 5, "1": 3, TOPIC: "t.commands"}
@@ -70,14 +77,14 @@ def test_a_continuous_source_moves_its_tick_so_batches_follow_each_other() -> No
 
 def test_a_source_that_is_not_continuous_has_no_tick() -> None:
     for reader in (_reader(2.0), _reader(0.0, continuous=True)):
-        reader._marks = lambda: {0: (0, 5)}  # type: ignore[method-assign]
+        _kafka_says(reader, lambda: {0: (0, 5)})
         assert reader.latestOffset({"0": 5}, None) == {"0": 5, TOPIC: "t.commands"}
 
 
 def test_available_now_stops_at_what_the_topic_held_when_it_started() -> None:
     reader = _reader(0.0)
     marks = {0: (0, 5), 1: (0, 3)}
-    reader._marks = lambda: marks  # type: ignore[method-assign]
+    _kafka_says(reader, lambda: marks)
     reader.prepareForTriggerAvailableNow()
     marks = {0: (0, 9), 1: (0, 4)}  # more arrives after the run started: not for this run
     # an earlier serving run's unfinished batch ends with a tick: a batch without it follows
@@ -110,7 +117,7 @@ def test_a_checkpoint_of_another_topic_is_refused_not_read_as_this_ones() -> Non
     """Offsets are per partition number: those of another topic (the same app under another
     topic prefix, on a checkpoint it shared) would skip this topic's commands silently."""
     reader = _reader(2.0, continuous=True)
-    reader._marks = lambda: {0: (0, 5)}  # type: ignore[method-assign]
+    _kafka_says(reader, lambda: {0: (0, 5)})
     assert reader.initialOffset() == {"0": 0, TOPIC: "t.commands"}
     with pytest.raises(SourceError, match=r"'other.commands'.*'t.commands'.*checkpoint of its own"):
         reader.latestOffset({"0": 3, TOPIC: "other.commands"}, None)
