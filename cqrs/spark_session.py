@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 from cqrs.config import CqrsConfig
 from cqrs.devstack.artifacts import require_installed
 from cqrs.devstack.class_archive import driver_java_options
+from cqrs.errors import CqrsError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["connector_jars", "past_initialising", "spark_conf", "spark_session",
-           "stop_between_batches", "wait_until_started", "with_trigger"]
+__all__ = ["QueryStartError", "connector_jars", "past_initialising", "spark_conf", "spark_session",
+           "start_query", "stop_between_batches", "wait_until_started", "with_trigger"]
 
 POOLS_FILE = Path(__file__).with_name("spark_pools.xml")  # the processor's scheduler pool
 FS_CHECKPOINT_MANAGER = (
@@ -167,6 +168,40 @@ def wait_until_started(query: Any, timeout_s: float = 180.0) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+class QueryStartError(CqrsError, RuntimeError):
+    """A streaming query stopped (or did not get past initialising its sources in time) as it
+    started."""
+
+
+# what Spark says when a Python worker it spawned did not connect back within its 10 s
+CONNECT_BACK = "Python worker failed to connect back"
+
+
+def start_query(start: Callable[[], Any], *, timeout_s: float = 180.0, attempts: int = 3) -> Any:
+    """``start()`` a streaming query (or a job with the same ``isActive``, ``status``,
+    ``lastProgress``, ``exception()``) and wait until it is past initialising its sources
+    (:func:`wait_until_started`); the query.
+
+    One that stopped there because a Spark Python worker did not connect back in time (a busy
+    machine: see :func:`wait_until_started`) is started again, up to ``attempts`` starts in
+    all: it failed before its first micro-batch, so its checkpoint is as it was. Any other
+    failure, the last attempt's too, or the time running out raises :class:`QueryStartError`."""
+    attempt = 1
+    while True:
+        query = start()
+        if wait_until_started(query, timeout_s):
+            return query
+        error = query.exception() if not query.isActive else None
+        name = getattr(query, "name", None) or "a query"
+        if error is None:
+            query.stop()
+            raise QueryStartError(f"{name} was not past initialising its sources after "
+                                  f"{timeout_s:g} s: see Spark's log")
+        if CONNECT_BACK not in str(error) or attempt >= attempts:
+            raise QueryStartError(f"{name} did not start (attempt {attempt} of {attempts}): {error}")
+        attempt += 1
 
 
 def past_initialising(query: Any) -> bool:

@@ -391,7 +391,7 @@ class Demo:
         from cqrs.processor.job import prepare_processor, start_processor
         from cqrs.processor.workers import ProcessorOptions
         from cqrs.retrier.job import RetrierOptions, start_retrier
-        from cqrs.spark_session import spark_session, wait_until_started
+        from cqrs.spark_session import spark_session, start_query
         from projections.rebuild import rebuild_projection
 
         from cqrs.process.job import ProcessManagerOptions, start_process_manager
@@ -425,10 +425,7 @@ class Demo:
                     for pm in apps["lending"].process_managers]
                 starts.append(lambda: start_scheduler(self.cfg, SchedulerOptions(APP_REFS["orders"])))
                 for start in starts:  # one at a time: see wait_until_started
-                    queries.append(start())
-                    if not wait_until_started(queries[-1]):
-                        raise RuntimeError(f"query {queries[-1].name} did not start: "
-                                           f"{queries[-1].exception()}")
+                    queries.append(start_query(start))
                 self.say(f"  {len(queries)} jobs running: 5 processors, bank's retry job, "
                          f"lending's process managers and orders' scheduler (topics prefixed "
                          f"{self.cfg.kafka.topic_prefix!r}, Cassandra keyspace {self.cfg.cassandra.keyspace!r})")
