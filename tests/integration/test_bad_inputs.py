@@ -47,7 +47,9 @@ WAIT = 120.0
 KAFKA_MAX_MESSAGE = 1_000_000  # librdkafka's message.max.bytes, the producers' limit
 CASSANDRA_MAX_KEY = 65_535  # bytes of one partition-key component
 LONGEST_ID = MAX_STATE_KEY_BYTES - len("badin.Note")  # the state row's key is id + type
-PROMPT_S = 20.0  # another aggregate's answer on a shared 2-core machine (a failing batch: never)
+# what the processor's log holds once a task or a query failed (Spark's, then the supervisor's)
+FAILURE_MARKS = ("MSG_SIZE_TOO_LARGE", "Key length of", "Lost task", "Exception in task",
+                 "; restart ")
 BUDGET_S = 3.0  # the module's processor's decision budget (a hung handler's answer comes then)
 SLOW_COMMANDS = 15  # 2-s commands to one aggregate in the in-turn test
 
@@ -76,8 +78,11 @@ class Running:
     def bad_then_neighbour(self, key: bytes, value: bytes, name: str, *command_ids: str
                            ) -> dict[str, CommandResult]:
         """Write a bad record, then a good command of another aggregate on the same partition
-        (so in the same task and chunk); check the neighbour is answered within PROMPT_S (the
-        batch did not fail) and return every result once ``command_ids`` have theirs too."""
+        (so in the same task and chunk); check the neighbour is answered and that no task or
+        query failed on the way (the processor's log says so: a failed batch is re-run or its query
+        restarted, and the neighbour would still be answered, later), and return every result once
+        ``command_ids`` have theirs too. How long the neighbour took is printed, not asserted: on a
+        shared 2-core machine a batch took 24 s beside the fault suite's cluster."""
         landed: list[int] = []
         self.producer.produce(self.topics.commands, key=key, value=value,
                               on_delivery=lambda err, msg: landed.append(
@@ -90,11 +95,10 @@ class Running:
         results = self.answer(other)
         took = time.monotonic() - sent
         assert (results[other].status, results[other].version) == ("accepted", 1)
-        assert took < PROMPT_S, f"the neighbour's answer took {took:.1f} s:\n{self.log_tail()}"
         print(f"{name}: the neighbour answered in {took:.2f} s (polled every 0.25 s)")
         results = self.answer(*command_ids)
         log = self.log.read_text(errors="replace")  # no task failed on the way (and was re-run)
-        for failure in ("MSG_SIZE_TOO_LARGE", "Key length of", "Lost task"):
+        for failure in FAILURE_MARKS:
             assert failure not in log, f"{failure!r} in the processor's log:\n{self.log_tail()}"
         return results
 
@@ -766,7 +770,7 @@ def test_each_bad_command_in_turn_harms_only_itself_while_16_aggregates_keep_arr
     # and no task failed and was run again on the way (what an oversized record's failing batch
     # did, holding up every aggregate of its partition meanwhile)
     log = running.log.read_text(errors="replace")
-    for failure in ("MSG_SIZE_TOO_LARGE", "Key length of", "Lost task"):
+    for failure in FAILURE_MARKS:
         assert failure not in log, f"{failure!r} in the processor's log:\n{running.log_tail()}"
     # its budget and a round trip (~3.3 s): not the default budget's 30 s (the module's not
     # applied) nor the handler's 600 s
