@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import subprocess
 import sys
 import time
@@ -772,9 +773,11 @@ def test_each_bad_command_in_turn_harms_only_itself_while_16_aggregates_keep_arr
     log = running.log.read_text(errors="replace")
     for failure in FAILURE_MARKS:
         assert failure not in log, f"{failure!r} in the processor's log:\n{running.log_tail()}"
-    # its budget and a round trip (~3.3 s): not the default budget's 30 s (the module's not
-    # applied) nor the handler's 600 s
-    assert timings["hung handler"] < BUDGET_S * 5, timings
+    # abandoned at its budget: the decision ran ~3 s by its result (the time it ran, not its
+    # round trip, which a loaded machine's slow batches lengthen), not the default budget's 30 s
+    # (the module's not applied) nor the handler's 600 s
+    ran = re.search(r"ran ([0-9.]+) s, past the processor's budget", hung.message or "")
+    assert ran is not None and BUDGET_S <= float(ran[1]) < BUDGET_S * 5, (hung, timings)
 
     # nothing written twice: every aggregate's events are versions 1, 2, ... once each
     events = [r for r in read_to_end(running.cfg, [running.topics.events])
