@@ -25,6 +25,7 @@ from harness import encode_all, fresh_topics, produce, remove_fresh  # noqa: E40
 
 from cqrs.config import CqrsConfig, load_config  # noqa: E402
 from cqrs.personal.keys import KeyCache  # noqa: E402
+from cqrs.processor.changelog import check_state_store  # noqa: E402
 from cqrs.processor.job import publish_app_schemas  # noqa: E402
 from cqrs.processor.workers import ProcessorOptions, worker_for  # noqa: E402
 from cqrs.processor.partition import SliceStats, StateCache, run_task  # noqa: E402
@@ -69,6 +70,7 @@ def profile_slices(cfg: CqrsConfig, args: argparse.Namespace, bank: Bank) -> Non
     publish_app_schemas(cfg, topics, app)
     table = open_state_table(cfg, topics)
     generation = table.ensure_current()
+    check_state_store(cfg, table, topics, generation)  # the changelog, with state_store = "kafka"
     table.close()
     from cqrs.kafka_io import watermarks
 
@@ -121,7 +123,8 @@ def profile_slices(cfg: CqrsConfig, args: argparse.Namespace, bank: Bank) -> Non
     print(f"CPU per command: tasks {task_cpu[0] * us:.1f} us, of which slices {stats.cpu_s * us:.1f} us "
           f"(wall per command: fetch {stats.fetch_s * us:.1f}, read {stats.read_s * us:.1f}, step {stats.step_s * us:.1f}, "
           f"produce {stats.produce_s * us:.1f}, write {stats.write_s * us:.1f} us); cache hits "
-          f"{stats.cache_hits:,} (packed {stats.store_hits:,}), state reads {stats.state_reads:,}")
+          f"{stats.cache_hits:,} (packed {stats.store_hits:,}), state reads {stats.state_reads:,}, "
+          f"restored {stats.restored:,}")
     if profile is not None:
         print("(times under cProfile, about 2x the real ones)")
         pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)

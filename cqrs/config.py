@@ -435,6 +435,14 @@ class ProcessorSettings:
         "key space is served from memory instead of read back from Cassandra; valid under the "
         "same rule as the cache (0: none).",
     )
+    state_store: str = setting(
+        "cassandra", "CQRS_PROCESSOR_STATE_STORE",
+        "Where the processor keeps aggregate states: `cassandra` (a row per aggregate in the "
+        "aggregate-state table, read back for aggregates a worker does not hold) or `kafka` (a "
+        "compacted changelog topic per state generation, as Kafka Streams does: each worker "
+        "holds every state of the partitions it serves and restores a partition it takes over "
+        "from the changelog; no read or write of Cassandra per aggregate). See docs/processor.md.",
+    )
     read_consistency: str = setting(
         "LOCAL_QUORUM", "CQRS_PROCESSOR_READ_CONSISTENCY",
         "Cassandra consistency of aggregate-state reads.",

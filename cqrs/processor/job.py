@@ -20,6 +20,7 @@ import attrs
 
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import watermarks
+from cqrs.processor.changelog import check_state_store
 from cqrs.processor.partition import STATS_FIELDS, SliceStats
 # the options and workers live with neither the job nor its source, which both need them;
 # re-exported: ``from cqrs.processor.job import ProcessorOptions`` is how apps start a processor
@@ -132,6 +133,7 @@ def prepare_processor(cfg: CqrsConfig, opts: ProcessorOptions) -> ProcessorOptio
     try:
         generation = opts.state_generation or table.ensure_current()
         table.ensure(generation)
+        check_state_store(cfg, table, topics, generation)
     finally:
         table.close()
     publish_app_schemas(cfg, topics, app)

@@ -49,6 +49,7 @@ from cqrs.envelope import CONTENT_TYPE, MAX_AGGREGATE_ID_BYTES, Envelope, read_c
 from cqrs.errors import CqrsError
 from cqrs.budget import Watch
 from cqrs.personal.keys import KeyCache
+from cqrs.processor.changelog import StateChangelog, uses_changelog
 from cqrs.processor.lanes import Decider, Item, Lane, Lanes, decide_items
 from cqrs.processor.state_table import HELD_MARK, Position, StateTable, StoredAggregate, bridged
 from cqrs.processor.step import (
@@ -97,6 +98,7 @@ class SliceStats:
     cache_hits: int = 0
     store_hits: int = 0  # states found packed in the worker's store (not decoded, not read)
     state_reads: int = 0
+    restored: int = 0  # states read from the changelog, restoring partitions taken over
     subject_keys: int = 0  # data subjects whose keys were looked up at once, before deciding
     stale_states: int = 0  # cached states dropped: their subject's key changed (forgotten)
     deadlines_scheduled: int = 0  # deadline changes written (after the records explaining them)
@@ -211,9 +213,12 @@ class StateCache:
     likely another worker's by now); then the least recently used decoded states of the
     partition being put are packed, and its oldest packed ones dropped."""
 
-    def __init__(self, capacity: int, store_bytes: int = 0) -> None:
+    def __init__(self, capacity: int, store_bytes: int = 0, hold_all: bool = False) -> None:
         self.capacity = capacity
         self.store_bytes = store_bytes
+        # keep every state of a partition (packed beyond ``capacity``), dropping none: the
+        # states are in a changelog, which cannot be read by key (see cqrs.processor.changelog)
+        self.hold_all = hold_all
         self.serving: set[Any] = set()  # partitions of the running task: evicted last
         self._parts: dict[Any, tuple[int, States]] = {}
 
@@ -226,26 +231,33 @@ class StateCache:
         return States()
 
     def put(self, part: Any, next_offset: int, entries: States) -> None:
-        if self.capacity <= 0:
+        if self.capacity <= 0 and not self.hold_all:
             return
         self._parts.pop(part, None)
         total = sum(len(e) for _, e in self._parts.values()) + len(entries)
         packed = sum(e.packed_bytes for _, e in self._parts.values())
         if total > self.capacity:  # partitions the running task does not serve, oldest first
             for other in [p for p in self._parts if p not in self.serving]:
-                gone = self._parts.pop(other)[1]
-                total -= len(gone)
-                packed -= gone.packed_bytes
+                if self.hold_all:  # packed, not dropped
+                    older = self._parts[other][1]
+                    while total > self.capacity and older:
+                        key, evicted = older.popitem(last=False)
+                        older.keep(key, evicted.stored)
+                        total -= 1
+                else:
+                    gone = self._parts.pop(other)[1]
+                    total -= len(gone)
+                    packed -= gone.packed_bytes
                 if total <= self.capacity:
                     break
-        keep = self.store_bytes > 0
+        keep = self.store_bytes > 0 or self.hold_all
         while total > self.capacity and entries:
             key, evicted = entries.popitem(last=False)
             if keep:
                 entries.keep(key, evicted.stored)
             total -= 1
         over = packed + entries.packed_bytes - self.store_bytes
-        if over > 0:
+        if over > 0 and not self.hold_all:
             for other in [p for p in self._parts if p not in self.serving]:
                 over -= self._parts[other][1].shed(over)
                 if over <= 0:
@@ -256,6 +268,9 @@ class StateCache:
 
     def drop(self, part: Any) -> None:
         self._parts.pop(part, None)
+
+    def clear(self) -> None:
+        self._parts.clear()
 
     def next_offset(self, part: Any) -> int | None:
         """Where the cached states of the partition stand (None: nothing cached)."""
@@ -326,8 +341,12 @@ class Worker:
         self.table = table
         self.generation = generation
         self.producer = producer
+        # with the state in a changelog, a worker holds every state of its partitions: none
+        # is shed, as none could be read back (see cqrs.processor.changelog)
+        self.changelog = StateChangelog(cfg, table.app_name, generation) \
+            if table is not None and uses_changelog(cfg) else None
         self.cache = StateCache(cfg.processor.state_cache_aggregates,
-                                cfg.processor.state_store_mib << 20)
+                                cfg.processor.state_store_mib << 20, self.changelog is not None)
         self.token = uuid.uuid4().hex  # names this worker in the positions it writes
         # state writes started, with the cached partitions and aggregate ids they cover
         self.in_flight: list[tuple[Callable[[], object], list[tuple[Any, ...]], set[str]]] = []
@@ -359,7 +378,8 @@ class Worker:
         return self._decider
 
     def settle(self, keep: int = 0) -> None:
-        """Wait for the oldest state writes until at most ``keep`` are in flight. A write that
+        """Wait for the oldest state writes until at most ``keep`` are in flight (none: every
+        row written is then durable, the changelog's transactions committed). A write that
         failed drops the cached states of every partition in flight, and raises."""
         while len(self.in_flight) > keep:
             writing = self.in_flight[0][0]
@@ -369,6 +389,24 @@ class Worker:
                 self.abandon()
                 raise
             self.in_flight.pop(0)
+        if keep == 0 and self.changelog is not None:
+            try:
+                self.changelog.commit()
+            except Exception:
+                self.abandon()
+                raise
+
+    def restore(self, part: tuple[Any, ...]) -> States:
+        """A partition's states from the changelog, once this worker's own writes are
+        committed: the cache of a partition taken over (see :mod:`cqrs.processor.changelog`)."""
+        assert self.changelog is not None
+        self.finish_sent()
+        self.settle()
+        found = self.changelog.restore(part[3])
+        states = States()
+        states.packed = found
+        states.packed_bytes = sum(len(b) for b in found.values()) + PACKED_OVERHEAD * len(found)
+        return states
 
     def finish_sent(self) -> None:
         """Wait until Kafka acknowledged the records of the last slices sent, then start
@@ -380,7 +418,8 @@ class Worker:
             self.confirm(count)
             if deadlines:  # after the records that explain them, in order, before the rows
                 self.deadline_store().apply(deadlines)
-            writing = self.table.start_writing(self.generation, rows)
+            writing = self.changelog.start_writing(rows) if self.changelog is not None \
+                else self.table.start_writing(self.generation, rows)
         except Exception:
             self.abandon()
             raise
@@ -412,6 +451,9 @@ class Worker:
             for part in parts:
                 self.cache.drop(part)
         self.in_flight.clear()
+        if self.changelog is not None:  # uncommitted rows: every partition is restored again
+            self.changelog.abandon()
+            self.cache.clear()
         if self.sent is not None:
             for part in self.sent[1]:
                 self.cache.drop(part)
@@ -534,8 +576,10 @@ def process_slices(worker: Worker, topic: str,
                     if k not in decoded and (found := unpack(k)) is not None:  # type: ignore[arg-type]
                         stored[k] = found  # type: ignore[index]
         stats.store_hits += len(stored)
-        wanted = {k[1] for g in grouped for k in g.groups
-                  if k[1] is not None and k[0] is not None and k not in g.cache and k not in stored}
+        # with a changelog, the cache holds every state of the partition: the rest are new
+        wanted = set() if worker.changelog is not None else \
+            {k[1] for g in grouped for k in g.groups
+             if k[1] is not None and k[0] is not None and k not in g.cache and k not in stored}
         if wanted and worker.unwritten(wanted):  # the table may hold an older row of one
             worker.finish_sent()
             worker.settle()
@@ -548,7 +592,12 @@ def process_slices(worker: Worker, topic: str,
         drops: int | None = None
         if worker.step.codec.personal:  # the data subjects' keys at once, and a forget seen
             keys, stale, drops = _batch_keys(worker, grouped, stored, loaded, stats)
-            if stale:  # their states again from the table, which reads them as forgotten
+            if stale and worker.changelog is not None:  # their rows, kept packed: as if read
+                for g in grouped:
+                    for k in g.groups:
+                        if k[1] in stale and (row := g.cache.unpack(k)) is not None:  # type: ignore[arg-type]
+                            stored[k] = row  # type: ignore[index]
+            elif stale:  # their states again from the table, which reads them as forgotten
                 if worker.unwritten(stale):
                     worker.finish_sent()
                     worker.settle()
@@ -623,7 +672,7 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
                 subjects.add(subject)
                 held.append((g, key, subject, hit))
             else:  # not needed now: read again when it is
-                del cache[key]
+                _forget_decoded(worker, cache, key, hit)
         if whole:
             cache.vouched = vouched  # once the held states are checked, below
     for key, row in stored.items():  # the states not cached: their rows
@@ -640,10 +689,19 @@ def _batch_keys(worker: Worker, grouped: list[_Grouped],
     stale: set[str] = set()
     for g, key, subject, hit in held:
         if key_changed(step, hit.decoded, hit.key_id, keys, subject):
-            del g.cache[key]
+            _forget_decoded(worker, g.cache, key, hit)
             stale.add(key[1])
     stats.stale_states += len(stale)
     return keys, stale, drops
+
+
+def _forget_decoded(worker: Worker, cache: States, key: tuple[str, str], hit: _Cached) -> None:
+    """Drop a decoded state whose values may be in clear under a forgotten subject's key: read
+    again from its row when needed (with a changelog, the row as written, kept packed: sealed
+    under the old key, it decodes as forgotten)."""
+    del cache[key]
+    if worker.changelog is not None:
+        cache.keep(key, hit.stored)
 
 
 def _collect_lanes(worker: Worker, lanes: list[Lane], stats: SliceStats,
@@ -832,7 +890,11 @@ def _group(worker: Worker, topic: str, partition: int, messages: Sequence[Messag
     if start_offset is not None:
         first_offset = start_offset
     part = worker.part(topic, partition)
+    valid = worker.cache.next_offset(part) == first_offset
     cache = worker.cache.take(part, first_offset)  # its hits are counted in _decide
+    if worker.changelog is not None and not valid:
+        cache = worker.restore(part)
+        stats.restored += len(cache.packed)
     return _Grouped(part, next_offset, cache, groups)
 
 

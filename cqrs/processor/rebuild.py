@@ -34,6 +34,7 @@ import attrs
 
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError, ReplayError
+from cqrs.processor.changelog import uses_changelog
 from cqrs.processor.job import checkpoint_for, header_expr, publish_app_schemas, start_processor
 from cqrs.processor.workers import ProcessorOptions, step_for
 from cqrs.kafka_io import watermarks
@@ -374,6 +375,12 @@ def rebuild_state(
     from cqrs.loading import load_app
     from cqrs.processor.state_table import open_state_table
 
+    if uses_changelog(cfg):
+        raise RebuildError(
+            "`cqrs rebuild-state` writes the Cassandra state table, and processor.state_store = "
+            "'kafka' keeps the state in a changelog topic instead: not supported yet. Rebuild "
+            "with state_store = 'cassandra', or start a new app topic prefix (the processor "
+            "restores its workers from the changelog, which holds every state)")
     started = time.monotonic()
     say = progress or (lambda _msg: None)
     app = load_app(opts.app_ref)

@@ -1,4 +1,5 @@
-"""Reading the command processor's aggregate state: straight from the aggregate-state table.
+"""Reading the command processor's aggregate state: straight from the aggregate-state table
+(or, with ``[processor] state_store = "kafka"``, from its changelog: :mod:`cqrs.processor.changelog`).
 
 The processor keeps one row per (aggregate type, aggregate id) in Cassandra
 (:mod:`cqrs.processor.state_table`), written after the events and results it explains. A
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError
+from cqrs.processor.changelog import ChangelogView, changelog_topic, uses_changelog
 from cqrs.results import AggregateRecord
 from cqrs.topics import AppTopics, topics_for
 
@@ -108,6 +110,7 @@ class StateReader:
         self._table: StateTable | None = None
         self._codec: Codec | None = None
         self._store: Any = None
+        self._views: dict[int, ChangelogView] = {}  # [processor] state_store = "kafka"
         self._lock = threading.Lock()
 
     def __enter__(self) -> StateReader:
@@ -133,6 +136,18 @@ class StateReader:
             assert self._codec is not None
             return self._table, self._codec, generation
 
+    def _rows(self, table: StateTable, generation: int, aggregate_id: str | None,
+              ) -> Iterable[StoredAggregate]:
+        """The rows of ``aggregate_id`` (None: every row), from the table or the changelog."""
+        if not uses_changelog(self.cfg):
+            return table.scan(generation) if aggregate_id is None else table.get(generation, aggregate_id)
+        with self._lock:
+            view = self._views.get(generation)
+            if view is None:
+                view = self._views[generation] = ChangelogView(
+                    self.cfg, changelog_topic(table.app_name, generation))
+            return view.scan() if aggregate_id is None else view.get(aggregate_id)
+
     def _decode(self, codec: Codec, row: StoredAggregate) -> AggregateState:
         return decode_state(codec, row.aggregate_type, row.aggregate_id, row.record)
 
@@ -153,7 +168,7 @@ class StateReader:
         deadline = time.monotonic() + timeout
         while True:
             table, codec, generation = self._open()
-            rows = [r for r in table.get(generation, aggregate_id)
+            rows = [r for r in self._rows(table, generation, aggregate_id)
                     if aggregate_type is None or r.aggregate_type == aggregate_type]
             if len(rows) > 1:
                 types = sorted(r.aggregate_type for r in rows)
@@ -172,7 +187,7 @@ class StateReader:
     def all(self) -> Iterator[AggregateState]:
         """Every aggregate of the table (for tests, comparisons and small apps)."""
         table, codec, generation = self._open()
-        for row in table.scan(generation):
+        for row in self._rows(table, generation, None):
             yield self._decode(codec, row)
 
     def close(self) -> None:
@@ -181,3 +196,4 @@ class StateReader:
                 self._table.close()
                 self._store.close()
             self._table = self._codec = self._store = None
+            self._views.clear()

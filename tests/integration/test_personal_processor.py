@@ -97,11 +97,14 @@ class Fixture:
 
 @pytest.fixture
 def fx(cqrs_config: CqrsConfig, unique_name: str, request: pytest.FixtureRequest) -> Iterator[Fixture]:
-    """``key_cache_seconds``: the test's ``key_cache_s`` parameter, else :data:`KEY_CACHE_S`."""
-    ttl = getattr(request, "param", KEY_CACHE_S)
+    """``key_cache_seconds``: the test's parameter, else :data:`KEY_CACHE_S`; a parameter
+    ``(seconds, store)`` names the ``[processor] state_store`` too."""
+    param = getattr(request, "param", KEY_CACHE_S)
+    ttl, store = param if isinstance(param, tuple) else (param, "cassandra")
     master = base64.b64encode(os.urandom(32)).decode()
     cfg = cqrs_config.with_overrides(personal_data={"master_key": master,
-                                                    "key_cache_seconds": ttl})
+                                                    "key_cache_seconds": ttl},
+                                     processor={"state_store": store})
     opts = processor_options(cfg, unique_name, app, APP_REF)
     assert opts.topics is not None
     session = CassandraSession(cfg.cassandra)
@@ -207,3 +210,35 @@ def test_a_forgotten_subjects_cached_state_is_dropped_in_a_slice_about_somebody_
     reading = app.codec_for(fx.client_codec.store, key_store=KeyCache(fx.counted.store))
     last = reading.decode([e for e in events if e.key == ann.encode()][-1].value)  # hers
     assert (last.amount, last.holder, last.email) == (7, FORGOTTEN, FORGOTTEN)
+
+
+@pytest.mark.parametrize("fx", [(KEY_CACHE_S, "kafka")], indirect=True)
+def test_with_the_changelog_a_forgotten_subjects_held_state_is_read_as_forgotten(
+        fx: Fixture) -> None:
+    """With the states in a changelog the worker holds them all: the decoded state of a
+    forgotten subject becomes its row as written (sealed under the old key) again, which
+    decodes as forgotten; nothing is read from Cassandra and no clear value is sealed again."""
+    from cqrs.processor.changelog import ChangelogView, changelog_topic
+
+    fx.counted.recorded = True
+    acc = f"{fx.prefix}-acc-ann"
+    name, email = "Ann Quillfeather", "ann.quillfeather@example.com"
+    end = fx.send((acc, OPEN(acc, name, email)), (acc, DEPOSIT(5)))
+    assert fx.run(0, end).accepted == 2
+    assert forget_subject(fx.cfg, app, acc) is True
+    time.sleep(KEY_CACHE_S + 0.2)
+    end2 = fx.send((acc, DEPOSIT(7)))
+    stats = fx.run(end, end2)
+    assert (stats.accepted, stats.stale_states, stats.state_reads, stats.cache_hits) == (1, 1, 0, 0)
+    events = read_to_end(fx.cfg, [fx.topics.events])
+    assert all(name.encode() not in e.value and email.encode() not in e.value for e in events)
+    reading = app.codec_for(fx.client_codec.store, key_store=KeyCache(fx.counted.store))
+    last = reading.decode(events[-1].value)
+    assert (last.amount, last.holder, last.email) == (7, FORGOTTEN, FORGOTTEN)
+    with StateReader(app, fx.cfg, topics=fx.topics) as reader:
+        state = reader.get(acc)
+    assert state is not None and state.version == 3
+    assert (state.state.holder, state.state.email, state.state.balance) == (FORGOTTEN, FORGOTTEN, 12)
+    rows = ChangelogView(fx.cfg, changelog_topic(fx.topics.base, fx.worker.generation)).get(acc)
+    assert len(rows) == 1 and name.encode() not in rows[0].record
+    assert fx.worker.table.read(fx.worker.generation, [acc]) == {}  # none in Cassandra

@@ -169,6 +169,44 @@ def test_versions_are_contiguous_per_aggregate_across_batches(workload: Workload
         assert len(versions[acc]) == len(set(versions[acc]))
 
 
+def test_the_changelog_store_keeps_versions_contiguous_and_answers_queries(
+        cqrs_config: CqrsConfig, unique_name: str, tmp_path: Path, spark: Any) -> None:
+    """``[processor] state_store = "kafka"`` through Spark: the states in a changelog topic,
+    none in Cassandra; each worker restores the partitions it serves from that topic."""
+    from cqrs.processor.changelog import ChangelogView, changelog_topic
+    from cqrs.processor.state import StateReader
+    from cqrs.processor.state_table import open_state_table
+
+    cfg = cqrs_config.with_overrides(processor={"state_store": "kafka"})
+    workload = Workload(cfg, unique_name + "-", tmp_path)
+    rng = random.Random(11)
+    accounts = [f"acc-{i}" for i in range(30)]
+    for acc in accounts:
+        workload.send(acc, OpenAccount(acc))
+    for _ in range(2):
+        for _ in range(120):
+            workload.send(rng.choice(accounts), rng.choice([Deposit(rng.randint(1, 50)), Withdraw(10)]))
+        workload.process(spark)
+    results = workload.results()
+    assert set(results) == set(workload.sent)
+    accepted = collections.Counter(r.aggregate_id for r in results.values() if r.status == "accepted")
+    versions = _versions_by_aggregate(workload.events())
+    for acc in accounts:
+        assert sorted(versions[acc]) == list(range(1, accepted[acc] + 1)), acc
+    table = open_state_table(cfg, workload.topics)
+    try:
+        generation = table.current_generation()
+        assert generation is not None and table.get(generation, "acc-3") == []
+    finally:
+        table.close()
+    rows = list(ChangelogView(cfg, changelog_topic(workload.topics.base, generation)).scan())
+    assert sorted(r.aggregate_id for r in rows) == sorted(accounts)
+    with StateReader(app, cfg, topics=workload.topics) as states:
+        for acc in ("acc-0", "acc-17"):
+            got = states.get(acc)
+            assert got is not None and got.version == accepted[acc]
+
+
 def test_duplicate_command_ids_are_answered_once_and_not_rerun(workload: Workload, spark: Any) -> None:
     workload.send("acc-d", OpenAccount("ann"), command_id="open-1")
     workload.send("acc-d", Deposit(10), command_id="dep-1")

@@ -94,3 +94,22 @@ def _with(states: States, *ids: str) -> States:
     for key, cached in _entries(*ids).items():
         states[key] = cached
     return states
+
+
+def test_a_cache_holding_all_packs_what_it_evicts_and_drops_no_state() -> None:
+    """With the states in a changelog (no read by key), a worker keeps every state of its
+    partitions: over capacity they are packed, other partitions' too, whatever the store's
+    bytes; none is dropped, and even a cache of no decoded states keeps them packed."""
+    cache = StateCache(2, store_bytes=1, hold_all=True)
+    cache.put(PART_A, 5, _entries("a1", "a2", "a3"))
+    cache.serving = {PART_B}
+    cache.put(PART_B, 9, _entries("b1", "b2"))  # over capacity: A's states packed, not dropped
+    a, b = cache.entries(PART_A), cache.entries(PART_B)
+    assert a is not None and b is not None
+    assert (list(a), sorted(a.packed)) == ([], [("T", "a1"), ("T", "a2"), ("T", "a3")])
+    assert (list(b), b.packed) == ([("T", "b1"), ("T", "b2")], {})
+    assert a.unpack(("T", "a3")) == _row("a3")
+    none_decoded = StateCache(0, hold_all=True)
+    none_decoded.put(PART_A, 5, _entries("a1"))
+    states = none_decoded.take(PART_A, 5)
+    assert (list(states), list(states.packed)) == ([], [("T", "a1")])
