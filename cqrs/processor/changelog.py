@@ -29,7 +29,8 @@ Rows stay ordered after the records they explain (the worker writes them once Ka
 acknowledged those, :meth:`~cqrs.processor.partition.Worker.finish_sent`). A transaction spans
 the rows of several slices: it is committed when the worker settles its writes before
 recording a position (so a position never stands past committed rows) and otherwise at most
-every :data:`COMMIT_EVERY_S`, a commit costing a few milliseconds per partition.
+every :data:`COMMIT_EVERY_S`; the partitions' commits run at once, each waiting a few
+milliseconds for the transaction coordinator.
 
 Positions, share claims and deadlines stay in Cassandra (:class:`StateTable`), a row per
 partition or due time rather than per aggregate. State queries (:class:`ChangelogView`) read
@@ -53,7 +54,9 @@ __all__ = ["COMMIT_EVERY_S", "STATE_STORES", "ChangelogError", "ChangelogView", 
            "split_changelog_key", "uses_changelog"]
 
 STATE_STORES = ("cassandra", "kafka")
-COMMIT_EVERY_S = 0.5  # the longest an open transaction of state rows stays open between settles
+# the longest an open transaction of state rows stays open between two settles (a task's end);
+# well under the producer's transaction.timeout.ms (60 s), past which the broker aborts it
+COMMIT_EVERY_S = 5.0
 RESTORE_TIMEOUT_S = 300.0
 _COMMANDS = struct.Struct(">q")
 _COMMANDS_AT = 22  # where a packed row's command count is (see state_table._PACKED)
@@ -233,6 +236,7 @@ class StateChangelog:
         self._producers: dict[int, Any] = {}
         self._open: set[int] = set()  # partitions with a transaction open
         self._opened_at = 0.0  # when the oldest open transaction began
+        self._pool: Any = None  # commits the partitions' transactions at once
         self.restored_rows = 0
         self.restore_s = 0.0
 
@@ -302,18 +306,35 @@ class StateChangelog:
             self.commit()
 
     def commit(self) -> None:
-        """Commit every open transaction: the rows written so far are then what a restore
-        reads. A fenced producer (another worker took its partition over) raises."""
+        """Commit every open transaction, the partitions' at once (a commit waits a few
+        milliseconds for the coordinator, with the interpreter lock released): the rows written
+        so far are then what a restore reads. A fenced producer (another worker took its
+        partition over) raises."""
         partitions, self._open = sorted(self._open), set()
-        for p in partitions:
-            try:
-                self._producers[p].commit_transaction(120)
-            except Exception as exc:
+        if not partitions:
+            return
+        if len(partitions) == 1:
+            failures = [self._commit_one(partitions[0])]
+        else:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(8, thread_name_prefix="cqrs-state-commit")
+            failures = list(self._pool.map(self._commit_one, partitions))
+        for p, exc in zip(partitions, failures, strict=True):
+            if exc is not None:
                 self._producers.pop(p, None)
                 raise ChangelogError(
                     f"committing state rows to {self.topic!r} partition {p} failed ({exc}): "
                     "another worker took the partition over, or Kafka is unreachable; the task "
                     "is retried from the recorded positions") from exc
+
+    def _commit_one(self, partition: int) -> BaseException | None:
+        try:
+            self._producers[partition].commit_transaction(120)
+            return None
+        except Exception as exc:  # noqa: BLE001 - raised by commit, naming the partition
+            return exc
 
     def abandon(self) -> None:
         """Drop every producer (their open transactions are aborted when the partitions are
@@ -325,6 +346,9 @@ class StateChangelog:
 
     def close(self) -> None:
         self.abandon()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
 
 
 class ChangelogView:
