@@ -6,47 +6,24 @@ aggregate is read from Cassandra."""
 
 from __future__ import annotations
 
-import datetime as dt
-import attrs
 import pytest
 
-from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import make_producer, read_to_end
 from cqrs.processor.changelog import ChangelogError, ChangelogView, changelog_topic, check_state_store
-from cqrs.processor.partition import Worker, process_slice, process_slices
+from cqrs.processor.partition import Worker, process_slices
 from cqrs.processor.state import StateReader
 from cqrs.processor.state_table import Position, open_state_table
 from cqrs.processor.workers import worker_for
 from cqrs.testing.example import Deposit, OpenAccount
 from cqrs.testing.example_app import app
-from bank_worker import bank_options
-from cqrs.topics import AppTopics, list_topics
+from bank_worker import BankSlices, bank_options
+from cqrs.topics import list_topics
 
 pytestmark = pytest.mark.integration
-T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
-Message = tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]
 
 
-@attrs.define
-class Fixture:
-    cfg: CqrsConfig
-    topics: AppTopics
-    worker: Worker
-    offset: int = 0
-
-    def slice(self, *commands: tuple[str, object]) -> list[Message]:
-        out: list[Message] = []
-        for agg, cmd in commands:
-            _, key, value, headers = encode_command(
-                app, agg, cmd, command_id=f"c{self.offset}",
-                timestamp=T0 + dt.timedelta(seconds=self.offset))
-            out.append((key, value, headers, self.offset))
-            self.offset += 1
-        return out
-
-    def run(self, messages: list[Message], worker: Worker | None = None) -> object:
-        return process_slice(worker or self.worker, self.topics.commands, 0, messages)
+class Fixture(BankSlices):
 
     def balance(self, agg: str) -> tuple[int, int]:
         with StateReader(app, self.cfg, topics=self.topics) as reader:

@@ -4,48 +4,24 @@ used only when the worker saw the partition's previous commands."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator
 
 import attrs
 import pytest
 
-from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.kafka_io import read_to_end
 from cqrs.processor.workers import worker_for
-from cqrs.processor.partition import Worker, process_slice
 from cqrs.processor.state import StateReader
 from cqrs.processor.state_table import StoredAggregate
 from cqrs.testing.example import Deposit, OpenAccount
 from cqrs.testing.example_app import app
-from bank_worker import bank_options
-from cqrs.topics import AppTopics
+from bank_worker import BankSlices, bank_options
 
 pytestmark = pytest.mark.integration
-T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
-Message = tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]
 
 
-@attrs.define
-class Fixture:
-    cfg: CqrsConfig
-    topics: AppTopics
-    worker: Worker
-    offset: int = 0
-
-    def slice(self, *commands: tuple[str, object]) -> list[Message]:
-        out: list[Message] = []
-        for agg, cmd in commands:
-            _, key, value, headers = encode_command(
-                app, agg, cmd, command_id=f"c{self.offset}",
-                timestamp=T0 + dt.timedelta(seconds=self.offset))
-            out.append((key, value, headers, self.offset))
-            self.offset += 1
-        return out
-
-    def run(self, messages: list[Message], partition: int = 0) -> object:
-        return process_slice(self.worker, self.topics.commands, partition, messages)
+Fixture = BankSlices
 
 
 @pytest.fixture
