@@ -16,6 +16,9 @@ from cqrs.errors import DevStackError
 
 __all__ = ["compactions_pending", "flush_and_compact", "nodetool"]
 
+_VANISHED = "Server is not initialized yet"
+_VANISHED_RETRIES = 3
+
 
 def nodetool(cfg: CqrsConfig, *args: str, timeout_s: float = 120.0) -> str:
     """What ``nodetool <args>`` printed, run against the local node (a JVM of its own, ~1-2 s),
@@ -32,11 +35,20 @@ def nodetool(cfg: CqrsConfig, *args: str, timeout_s: float = 120.0) -> str:
             *CASSANDRA_JDK17_FLAGS, f"-Dlogback.configurationFile={logback}",
             "-cp", str(jars / "*"), "org.apache.cassandra.tools.NodeTool",
             "-h", "127.0.0.1", "-p", str(port), *args]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise DevStackError(
-            f"nodetool {' '.join(args)} did not finish within {timeout_s:.0f} s") from None
+    deadline = time.monotonic() + timeout_s
+    for attempt in range(_VANISHED_RETRIES + 1):
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True,
+                                  timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise DevStackError(
+                f"nodetool {' '.join(args)} did not finish within {timeout_s:.0f} s") from None
+        # nodetool prints this for any InstanceNotFoundException, also for the MBean of a table
+        # dropped (by another client) between listing the tables and reading one: run it again.
+        if done.returncode == 0 or _VANISHED not in done.stderr + done.stdout:
+            break
+        if attempt < _VANISHED_RETRIES:
+            time.sleep(1.0)
     if done.returncode != 0:
         raise DevStackError(
             f"nodetool {' '.join(args)} failed ({done.returncode}): "
