@@ -16,8 +16,8 @@ import attrs
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError, KafkaUnavailableError, TopicNotFoundError
 
-__all__ = ["KafkaRecord", "OffsetReader", "make_admin", "make_consumer", "make_producer", "read_to_end",
-           "take", "watermarks"]
+__all__ = ["KafkaRecord", "OffsetReader", "make_admin", "make_consumer", "make_producer",
+           "murmur2_partition", "read_to_end", "take", "watermarks"]
 
 
 @attrs.frozen
@@ -29,6 +29,33 @@ class KafkaRecord:
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
     timestamp_ms: int
+
+
+def murmur2_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's Java client (and librdkafka's ``murmur2_random``) picks for ``key``."""
+    seed, m, r = 0x9747B28C, 0x5BD1E995, 24
+    length = len(key)
+    h = (seed ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(key[i:i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    rest = length % 4
+    tail = length - rest
+    if rest == 3:
+        h ^= key[tail + 2] << 16
+    if rest >= 2:
+        h ^= key[tail + 1] << 8
+    if rest >= 1:
+        h ^= key[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return (h & 0x7FFFFFFF) % partitions
 
 
 def _base(cfg: CqrsConfig) -> dict[str, Any]:

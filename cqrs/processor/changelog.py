@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from cqrs.config import CqrsConfig
@@ -51,7 +51,7 @@ from cqrs.topics import AppTopics
 
 __all__ = ["COMMIT_EVERY_S", "STATE_STORES", "ChangelogError", "ChangelogView", "StateChangelog",
            "changelog_key", "check_state_store", "changelog_topic", "ensure_changelog", "packed_commands",
-           "split_changelog_key", "uses_changelog"]
+           "reset_changelog", "split_changelog_key", "uses_changelog", "write_rebuilt"]
 
 STATE_STORES = ("cassandra", "kafka")
 # the longest an open transaction of state rows stays open between two settles (a task's end);
@@ -131,6 +131,66 @@ def ensure_changelog(cfg: CqrsConfig, base: str, generation: int, partitions: in
             raise ChangelogError(f"cannot create the state changelog {topic!r}: {exc}") from exc
     wait_until_readable(cfg, [topic])
     return topic
+
+
+def reset_changelog(cfg: CqrsConfig, base: str, generation: int, partitions: int,
+                    timeout_s: float = 120.0) -> str:
+    """The generation's changelog topic, empty: deleted if it exists (what a failed earlier
+    rebuild into it left), then created as :func:`ensure_changelog` does; its name."""
+    from cqrs.topics import delete_topics, list_topics
+
+    topic = changelog_topic(base, generation)
+    deadline = time.monotonic() + timeout_s
+    if topic in list_topics(cfg, topic):
+        left = delete_topics(cfg, [topic], timeout_s)
+        while not left and topic in list_topics(cfg, topic) and time.monotonic() < deadline:
+            time.sleep(0.5)  # deleted, still listed until the controller is done with it
+        if left or topic in list_topics(cfg, topic):
+            raise ChangelogError(f"cannot delete the state changelog {topic!r} of an earlier "
+                                 f"attempt at {cfg.kafka.bootstrap_servers} within {timeout_s:.0f} s")
+    while True:
+        try:
+            return ensure_changelog(cfg, base, generation, partitions)
+        except ChangelogError:  # just deleted: the broker may refuse its name for a moment
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+def write_rebuilt(cfg: CqrsConfig, topic: str, partitions: int,
+                  rows: Iterable[StoredAggregate]) -> int:
+    """Write rebuilt state rows (``cqrs rebuild-state``) into the changelog ``topic`` of a
+    generation no processor runs on yet, each into its aggregate's commands partition (where
+    the processor's workers restore it from: the partition Kafka's partitioner gives its id,
+    of ``partitions``); waits until every one is acknowledged; how many."""
+    from cqrs.kafka_io import make_producer, murmur2_partition
+
+    errors: list[str] = []
+    producer = make_producer(cfg, **{
+        "linger.ms": 20, "batch.size": 1 << 20, "compression.type": "lz4",
+        "on_delivery": lambda err, _msg: errors.append(str(err)) if err is not None else None})
+    count = 0
+    for row in rows:
+        count += 1
+        p = murmur2_partition(row.aggregate_id.encode("utf-8"), partitions)
+        if row.applied_offset >= 0 and row.source_partition != p:
+            raise ChangelogError(
+                f"aggregate {row.aggregate_type} {row.aggregate_id!r} answered its last command in "
+                f"commands partition {row.source_partition}, and its id belongs to partition {p} "
+                f"of {partitions}: was the commands topic's partition count changed?")
+        while True:
+            try:
+                producer.produce(topic, row.packed(), changelog_key(row.aggregate_type,
+                                                                    row.aggregate_id), p)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    left = producer.flush(120)
+    if left or errors:
+        raise ChangelogError(
+            f"Kafka did not acknowledge {left} of {count} rebuilt state rows of {topic!r}"
+            + (f" ({'; '.join(errors[:5])})" if errors else "") + ": run rebuild-state again")
+    return count
 
 
 def check_state_store(cfg: CqrsConfig, table: StateTable, topics: AppTopics, generation: int) -> None:

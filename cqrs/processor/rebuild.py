@@ -34,7 +34,7 @@ import attrs
 
 from cqrs.config import CqrsConfig
 from cqrs.errors import CqrsError, ReplayError
-from cqrs.processor.changelog import uses_changelog
+from cqrs.processor.changelog import reset_changelog, uses_changelog, write_rebuilt
 from cqrs.processor.job import checkpoint_for, header_expr, publish_app_schemas, start_processor
 from cqrs.processor.workers import ProcessorOptions, step_for
 from cqrs.kafka_io import watermarks
@@ -333,23 +333,32 @@ _ROW_COLUMNS = ("aggregate_type", "aggregate_id", "record", "version", "deleted"
                 "last_offset", "commands")
 
 
-def _row_writer(cfg: CqrsConfig, opts: ProcessorOptions,
-                generation: int) -> Callable[[Any], Any]:
-    """Writes a partition of folded rows into the state table; yields how many."""
+def _row_writer(cfg: CqrsConfig, opts: ProcessorOptions, generation: int,
+                changelog: str | None, partitions: int) -> Callable[[Any], Any]:
+    """Writes a partition of folded rows into the state table, or with ``changelog`` (the
+    kafka state store) into that topic of ``partitions``; yields how many."""
     def run(batches: Any) -> Any:
         import pyarrow as pa
 
-        from cqrs.processor.workers import worker_for
         from cqrs.processor.state_table import StoredAggregate
 
-        table = worker_for(cfg, opts).table
-        written = 0
-        for batch in batches:
+        def rows_of(batch: Any) -> list[StoredAggregate]:
             c = batch.to_pydict()
-            rows = [StoredAggregate(i, t, v, bool(d), bytes(r), p, o, n) for t, i, r, v, d, p, o, n
+            return [StoredAggregate(i, t, v, bool(d), bytes(r), p, o, n) for t, i, r, v, d, p, o, n
                     in zip(*(c[name] for name in _ROW_COLUMNS), strict=True)]
-            table.write(generation, rows)
-            written += len(rows)
+
+        if changelog is not None:
+            written = write_rebuilt(cfg, changelog, partitions,
+                                    (row for batch in batches for row in rows_of(batch)))
+        else:
+            from cqrs.processor.workers import worker_for
+
+            table = worker_for(cfg, opts).table
+            written = 0
+            for batch in batches:
+                rows = rows_of(batch)
+                table.write(generation, rows)
+                written += len(rows)
         yield pa.RecordBatch.from_pydict({"rows": [written]})
     return run
 
@@ -375,12 +384,6 @@ def rebuild_state(
     from cqrs.loading import load_app
     from cqrs.processor.state_table import open_state_table
 
-    if uses_changelog(cfg):
-        raise RebuildError(
-            "`cqrs rebuild-state` writes the Cassandra state table, and processor.state_store = "
-            "'kafka' keeps the state in a changelog topic instead: not supported yet. Rebuild "
-            "with state_store = 'cassandra', or start a new app topic prefix (the processor "
-            "restores its workers from the changelog, which holds every state)")
     started = time.monotonic()
     say = progress or (lambda _msg: None)
     app = load_app(opts.app_ref)
@@ -405,10 +408,12 @@ def rebuild_state(
         table.ensure(target)
     finally:
         table.close()
+    command_marks = watermarks(cfg, topics.commands)
+    changelog = reset_changelog(cfg, topics.base, target, len(command_marks)) \
+        if uses_changelog(cfg) else None
     opts = attrs.evolve(opts, topics=topics, checkpoint=new_checkpoint, state_generation=target)
     event_marks = watermarks(cfg, topics.events)
     result_marks = watermarks(cfg, topics.results)
-    command_marks = watermarks(cfg, topics.commands)
     publish_app_schemas(cfg, topics, app)
     to_read = sum(h - lo for lo, h in event_marks.values())
     say(f"reading {to_read} events from {topics.events!r} ({len(event_marks)} partitions) and "
@@ -434,7 +439,8 @@ def rebuild_state(
             f"{json.loads(start_json)[topics.commands]}")
         with _StageProgress(spark, progress, f"writing state generation {target}"):
             written = (folded.where("record IS NOT NULL").select(*_ROW_COLUMNS)
-                       .mapInArrow(_row_writer(cfg, opts, target), "rows long")
+                       .mapInArrow(_row_writer(cfg, opts, target, changelog, len(command_marks)),
+                                   "rows long")
                        .agg(F.coalesce(F.sum("rows"), F.lit(0))).collect()[0][0])
         say(f"wrote {written} aggregate rows into state generation {target}")
     finally:

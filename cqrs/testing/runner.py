@@ -46,7 +46,7 @@ from cqrs.collector import paused
 from cqrs.deadletters import DeadLetter, parse_dead_letter
 from cqrs.envelope import from_kafka
 from cqrs.history import HistoryReader, MemoryHistoryTable, rows_from_records
-from cqrs.kafka_io import KafkaRecord
+from cqrs.kafka_io import KafkaRecord, murmur2_partition
 from cqrs.process.reactor import Instance, Reactor, SourceEvent
 from cqrs.processor.partition import group_by_aggregate, key_changed, state_key_id
 from cqrs.processor.step import UNDECODED, AggregateStep, DedupPolicy, OutputRecord
@@ -55,7 +55,7 @@ from cqrs.retrier.plan import WAITING, classify, due_ms, redelivery
 from cqrs.testing.deadlines import PendingDeadlines, advance_clock, aware
 from cqrs.topics import topics_for
 
-__all__ = ["LocalRunner", "RunnerError", "murmur2_partition", "uuid4_text"]
+__all__ = ["LocalRunner", "RunnerError", "uuid4_text"]
 
 DEFAULT_START = _dt.datetime(2024, 1, 1, tzinfo=_dt.timezone.utc)
 MAX_STEPS = 1_000_000  # records a run() handles at most before it calls it a loop
@@ -63,33 +63,6 @@ MAX_STEPS = 1_000_000  # records a run() handles at most before it calls it a lo
 
 class RunnerError(AssertionError):
     """The in-process app could not do what the test asked (an answer that never came, a loop)."""
-
-
-def murmur2_partition(key: bytes, partitions: int) -> int:
-    """The partition Kafka's Java client (and librdkafka's ``murmur2_random``) picks for ``key``."""
-    seed, m, r = 0x9747B28C, 0x5BD1E995, 24
-    length = len(key)
-    h = (seed ^ length) & 0xFFFFFFFF
-    for i in range(0, length - length % 4, 4):
-        k = int.from_bytes(key[i:i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> r
-        k = (k * m) & 0xFFFFFFFF
-        h = (h * m) & 0xFFFFFFFF
-        h ^= k
-    rest = length % 4
-    tail = length - rest
-    if rest == 3:
-        h ^= key[tail + 2] << 16
-    if rest >= 2:
-        h ^= key[tail + 1] << 8
-    if rest >= 1:
-        h ^= key[tail]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return (h & 0x7FFFFFFF) % partitions
 
 
 def uuid4_text(bits: int) -> str:

@@ -28,6 +28,7 @@ from cqrs.client import encode_command
 from cqrs.config import CqrsConfig
 from cqrs.envelope import from_kafka
 from cqrs.kafka_io import make_producer, read_to_end
+from cqrs.processor.changelog import ChangelogView, changelog_topic, uses_changelog
 from cqrs.processor.job import start_processor
 from cqrs.processor.workers import ProcessorOptions
 from cqrs.processor.rebuild import CheckpointExistsError, rebuild_state
@@ -129,6 +130,9 @@ def _states(cfg: CqrsConfig, topics: AppTopics,
 
 
 def _raw(cfg: CqrsConfig, topics: AppTopics, generation: int) -> dict[tuple[str, str], bytes]:
+    if uses_changelog(cfg):
+        view = ChangelogView(cfg, changelog_topic(topics.base, generation))
+        return {row.key: row.record for row in view.scan()}
     table = open_state_table(cfg, topics)
     try:
         return {row.key: row.record for row in table.scan(generation)}
@@ -136,12 +140,14 @@ def _raw(cfg: CqrsConfig, topics: AppTopics, generation: int) -> dict[tuple[str,
         table.close()
 
 
+@pytest.mark.parametrize("store", ["cassandra", "kafka"])
 def test_read_rebuild_and_continue_on_the_rebuilt_state(
     cqrs_config: CqrsConfig, spark: Any, unique_names: Callable[[str], str],
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], store: str,
 ) -> None:
     prefix = unique_names("state") + "-"
-    cfg = cqrs_config.with_overrides(kafka={"topic_prefix": prefix})
+    cfg = cqrs_config.with_overrides(kafka={"topic_prefix": prefix},
+                                     processor={"state_store": store})
     topics = topics_for(app.name, prefix)
     ensure_topics(cfg, topics, partitions=3)
     ck_a = cfg.spark.checkpoint_location(prefix, "processor-a")
@@ -187,6 +193,7 @@ def test_read_rebuild_and_continue_on_the_rebuilt_state(
     capsys.readouterr()
     with pytest.MonkeyPatch.context() as env:
         env.setenv("CQRS_KAFKA_TOPIC_PREFIX", prefix)
+        env.setenv("CQRS_PROCESSOR_STATE_STORE", store)
         assert main(["state", "get", APP_REF, "acc-1"]) == 0
         printed = json.loads(capsys.readouterr().out)
         assert printed["version"] == 3 and printed["state"]["balance"] == 60
@@ -253,9 +260,9 @@ def test_read_rebuild_and_continue_on_the_rebuilt_state(
     assert per_id["c11"] == 2 and per_id["c00"] == 1 and per_id["m01"] == 1
     c11 = [m.value for m in results if m.key == b"c11"]
     assert c11[0] == c11[1]  # the re-sent id got its first result back
-    codec, store = state_codec(cfg, app, topics)
+    codec, schemas = state_codec(cfg, app, topics)
     try:
         m02: CommandResult = codec.decode(next(m.value for m in results if m.key == b"m02"))
     finally:
-        store.close()
+        schemas.close()
     assert (m02.status, m02.code) == ("rejected", "aggregate_deleted")

@@ -9,11 +9,14 @@ from __future__ import annotations
 import pytest
 
 from cqrs.config import CqrsConfig
-from cqrs.kafka_io import make_producer, read_to_end
-from cqrs.processor.changelog import ChangelogError, ChangelogView, changelog_topic, check_state_store
+from cqrs.kafka_io import make_producer, murmur2_partition, read_to_end
+from cqrs.processor.changelog import (
+    ChangelogError, ChangelogView, changelog_topic, check_state_store, reset_changelog,
+    split_changelog_key, write_rebuilt,
+)
 from cqrs.processor.partition import Worker, process_slices
 from cqrs.processor.state import StateReader
-from cqrs.processor.state_table import Position, open_state_table
+from cqrs.processor.state_table import Position, StoredAggregate, open_state_table
 from cqrs.processor.workers import worker_for
 from cqrs.testing.example import Deposit, OpenAccount
 from cqrs.testing.example_app import app
@@ -139,3 +142,21 @@ def test_switching_stores_is_refused_as_it_would_move_no_state(cqrs_config: Cqrs
     with pytest.raises(ChangelogError, match="is in the changelog"):
         check_state_store(cqrs_config, on_kafka.worker.table, on_kafka.topics,
                           on_kafka.worker.generation)
+
+
+def test_a_rebuild_writes_rows_into_their_partitions_of_a_changelog_emptied_first(
+        fx: Fixture) -> None:
+    cfg, base = fx.cfg, fx.topics.base
+    topic = reset_changelog(cfg, base, 7, 3)
+    rows = [StoredAggregate(f"acc-{n}", "bank.Account", 1, False, b"r%d" % n, -1, -1, 1)
+            for n in range(30)]
+    assert write_rebuilt(cfg, topic, 3, iter(rows)) == 30
+    written = {split_changelog_key(r.key)[1]: r.partition for r in read_to_end(cfg, [topic])}
+    assert written == {r.aggregate_id: murmur2_partition(r.aggregate_id.encode(), 3) for r in rows}
+    assert len(set(written.values())) == 3
+    # a second attempt into the same generation starts from an empty topic
+    assert reset_changelog(cfg, base, 7, 3) == topic and read_to_end(cfg, [topic]) == []
+    elsewhere = murmur2_partition(b"acc-1", 3) + 1
+    with pytest.raises(ChangelogError, match="partition count changed"):
+        write_rebuilt(cfg, topic, 3, [StoredAggregate("acc-1", "bank.Account", 1, False, b"r",
+                                                      elsewhere % 3, 4, 1)])

@@ -10,7 +10,8 @@ import pytest
 
 from cqrs import App, Aggregate, CommandHandler, RetryPolicy, command, event
 from cqrs.retries import Backoff
-from cqrs.testing.runner import LocalRunner, RunnerError, murmur2_partition
+from cqrs.kafka_io import murmur2_partition
+from cqrs.testing.runner import LocalRunner, RunnerError
 from domain_examples import lending, orders
 from projections import LocalReadModels
 
