@@ -133,6 +133,18 @@ def ensure_changelog(cfg: CqrsConfig, base: str, generation: int, partitions: in
     return topic
 
 
+def _produce_row(producer: Any, topic: str, row: StoredAggregate, partition: int) -> None:
+    """Hand one state row to ``producer`` for the changelog partition, waiting while its local
+    queue is full."""
+    while True:
+        try:
+            producer.produce(topic, row.packed(), changelog_key(row.aggregate_type, row.aggregate_id),
+                             partition)
+            return
+        except BufferError:  # let librdkafka send some
+            producer.poll(0.05)
+
+
 def reset_changelog(cfg: CqrsConfig, base: str, generation: int, partitions: int,
                     timeout_s: float = 120.0) -> str:
     """The generation's changelog topic, empty: deleted if it exists (what a failed earlier
@@ -178,13 +190,7 @@ def write_rebuilt(cfg: CqrsConfig, topic: str, partitions: int,
                 f"aggregate {row.aggregate_type} {row.aggregate_id!r} answered its last command in "
                 f"commands partition {row.source_partition}, and its id belongs to partition {p} "
                 f"of {partitions}: was the commands topic's partition count changed?")
-        while True:
-            try:
-                producer.produce(topic, row.packed(), changelog_key(row.aggregate_type,
-                                                                    row.aggregate_id), p)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        _produce_row(producer, topic, row, p)
     left = producer.flush(120)
     if left or errors:
         raise ChangelogError(
@@ -352,13 +358,7 @@ class StateChangelog:
                     self._opened_at = now
                 producer.begin_transaction()
                 self._open.add(p)
-            while True:
-                try:
-                    producer.produce(topic, row.packed(),
-                                     changelog_key(row.aggregate_type, row.aggregate_id), p)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            _produce_row(producer, topic, row, p)
         return self._commit_due
 
     def _commit_due(self) -> None:
