@@ -36,7 +36,7 @@ import attrs
 
 from cqrs.domain.aggregate import Aggregate
 from cqrs.domain.deadlines import Cancel, DeadlineChange, Schedule, resolve_deadlines
-from cqrs.domain.handler import CommandContext
+from cqrs.domain.handler import CommandContext, HandlerRoute
 from cqrs.domain.messages import is_event, type_name
 from cqrs.domain.model import AggregateEntry
 from cqrs.errors import NotAMessageError, Rejected, ReplayError
@@ -189,12 +189,17 @@ _EVENT_CLASSES: set[type] = set()
 _NO_DEADLINES: tuple[Any, ...] = ()
 
 
-def _events_of(result: object, route_name: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """The events a handler returned, and its ``Schedule`` / ``Cancel`` items."""
+def _events_of(result: object, route: HandlerRoute) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The events a handler returned, and its ``Schedule`` / ``Cancel`` items (``route``: the
+    handler's, named in the error when it returned something else)."""
     if result is None:
         return (), _NO_DEADLINES
-    if type(result) is list and all(type(ev) in _EVENT_CLASSES for ev in result):
-        return tuple(result), _NO_DEADLINES  # the common case: a list of events of known classes
+    if type(result) is list:  # the common case: a list of events of known classes
+        if len(result) == 1:  # (one: no generator for all())
+            if type(result[0]) in _EVENT_CLASSES:
+                return (result[0],), _NO_DEADLINES
+        elif all(type(ev) in _EVENT_CLASSES for ev in result):
+            return tuple(result), _NO_DEADLINES
     if is_event(result):
         _EVENT_CLASSES.add(type(result))
         return (result,), _NO_DEADLINES
@@ -202,7 +207,7 @@ def _events_of(result: object, route_name: str) -> tuple[tuple[Any, ...], tuple[
         return (), (result,)
     if isinstance(result, (str, bytes)) or not isinstance(result, Iterable):
         raise NotAMessageError(
-            f"handler {route_name} returned {result!r}: return an @event instance, a list of "
+            f"handler {route.qualname} returned {result!r}: return an @event instance, a list of "
             "them (with Schedule / Cancel items for deadlines), or None"
         )
     events: list[Any] = []
@@ -215,7 +220,7 @@ def _events_of(result: object, route_name: str) -> tuple[tuple[Any, ...], tuple[
             deadlines.append(ev)
         else:
             raise NotAMessageError(
-                f"handler {route_name} returned {ev!r} ({type(ev).__qualname__}) among its "
+                f"handler {route.qualname} returned {ev!r} ({type(ev).__qualname__}) among its "
                 "events: return only @event instances and Schedule / Cancel items"
             )
     return tuple(events), tuple(deadlines)
@@ -283,7 +288,7 @@ def decide(
                 result = route.function(route.handler, current, ci.command, ctx)
             else:
                 result = route.function(route.handler, current, ci.command)
-            events, later = _events_of(result, route.qualname)
+            events, later = _events_of(result, route)
             deadlines = resolve_deadlines(
                 later, owner=f"{agg_type}:{aggregate_id}", now=ci.timestamp,
                 default_target=aggregate_id, correlation_id=correlation, causation_id=cid,
