@@ -605,7 +605,10 @@ def process_slices(worker: Worker, topic: str,
                 stats.state_reads += len(stale)
         stats.read_s += time.perf_counter() - t0
         pending = _decide(worker, grouped, stored, stats, loaded, keys, drops)
-        _write(worker, pending + from_lanes, stats, wait)
+        # the lanes' records and rows first: a lane that emptied in _collect_lanes gave its
+        # state back to the cache, and this slice may have decided its aggregate's next
+        # commands on it (written after them, its events and row came after newer ones)
+        _write(worker, from_lanes + pending, stats, wait)
         stats.cpu_s = time.process_time() - cpu_started
         return stats
     finally:
