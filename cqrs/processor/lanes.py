@@ -16,8 +16,9 @@ a new thread, from the state before it (commands decided with it in the same cal
 again). The abandoned thread is asked to stop (an exception raised in it at its next Python
 instruction) and whatever it returns is dropped.
 
-What a lane decided is written by the task that serves its partition, with the slice's own
-records and state rows (records first, rows once Kafka acknowledged them). A task that ends
+What a lane decided is written by the task that serves its partition, ahead of the slice's own
+records and state rows (records first, rows once Kafka acknowledged them): an aggregate whose
+lane emptied is decided by the same slice, on the state the lane left. A task that ends
 while a lane still holds commands records its partition's position at the lane's first
 command, so that whoever serves the partition next reads them again (commands of other
 aggregates read again are skipped by their rows' ``applied_offset``); a worker that finds its
