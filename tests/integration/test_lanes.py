@@ -176,4 +176,3 @@ def test_a_lane_done_between_two_slices_is_written_before_what_the_next_one_deci
     results = fx.results()
     assert [results[c][0][0].version for c in ("w1", "t1")] == [1, 2], results
     assert fx.events("slow") == [1, 2]  # in the order of their versions
-
