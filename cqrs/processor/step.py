@@ -42,7 +42,10 @@ import attrs
 from cqrs.app import App
 from cqrs.codec.registry import Codec
 from cqrs.config import DEFAULT_MAX_RECORD_BYTES, RECORD_MARGIN_BYTES
-from cqrs.domain.decision import Accepted, CommandInput, Failed, NewEvent, RejectedOutcome, decide
+from cqrs.domain.decision import (
+    Accepted, CommandInput, Decision, Failed, NewEvent, RejectedOutcome, decide,
+)
+from cqrs.domain.model import AggregateEntry
 from cqrs.domain.process import DERIVED_PREFIX, parse_derived_id
 from cqrs.envelope import (
     EVENT_RECORD_FRAME_BYTES, MAX_STATE_KEY_BYTES, RECORD_FRAME_BYTES,
@@ -250,6 +253,19 @@ class AggregateStep:
                 return StepResult(None, decoded, out)
 
         current = state if state is not None else AggregateRecord()
+        if len(ordered) == 1 and not current.streams and not current.retrying:
+            one = ordered[0]
+            if one.envelope is not None and one.payload is not None:
+                return self._one(entry, aggregate_type, aggregate_id, current, one, decoded, watch)
+        return self._general(entry, aggregate_type, aggregate_id, current, ordered, decoded, watch,
+                             out)
+
+    def _general(self, entry: AggregateEntry, aggregate_type: str, aggregate_id: str,
+                 current: AggregateRecord, ordered: list[InputRecord], decoded: Any,
+                 watch: Watch | None, out: list[OutputRecord] | None = None) -> StepResult:
+        """:meth:`apply` from the aggregate's state on (``ordered``: its records, in order):
+        read them, drop those seen before, then :meth:`_decided`."""
+        out = [] if out is None else out
         # the dedup memory as one string: an id that is not a substring of it was not seen
         # (the usual case, a C search); a set of them costs ~75 ns per remembered id
         seen_ids = current.seen_ids
@@ -298,7 +314,19 @@ class AggregateStep:
                 continue
             batch_ids.add(cid)
             pending.append(_Pending(rec, env, command))
+        return self._decided(entry, aggregate_type, aggregate_id, current, decoded, pending, None,
+                             None, out, duplicates, positions, retrying, streams_changed, watch)
 
+    def _decided(self, entry: AggregateEntry, aggregate_type: str, aggregate_id: str,
+                 current: AggregateRecord, decoded: Any, pending: list[_Pending],
+                 inputs: list[CommandInput] | None, first: Decision | None,
+                 out: list[OutputRecord], duplicates: list[tuple[Envelope, str]],
+                 positions: dict[str, tuple[int, int]] | None, retrying: set[str] | None,
+                 streams_changed: bool, watch: Watch | None) -> StepResult:
+        """The rest of :meth:`apply` once the commands to decide are read (``pending``):
+        decide, write, remember. ``inputs`` and ``first``, when given, are ``pending``'s
+        CommandInputs and their decision on the aggregate as ``current`` holds it (see
+        :meth:`_one`)."""
         # answers to remember: entries, or a plain acceptance's fields (see accepted_seen)
         new_seen: list[SeenCommand | _Acceptance] = []
         deadlines: list[StoredDeadline] = []
@@ -311,11 +339,12 @@ class AggregateStep:
                 agg_state = None if snapshot is None else self.codec.decode(snapshot)
             encode, events_topic = self.codec.encode, self.topics.events
             write_result, results_topic = self._write_result, self.topics.results
-            inputs = [  # CommandInput's fields: id, command, expected version, time, correlation
-                _make_input(p.envelope.command_id or p.envelope.message_id, p.command,
-                            p.envelope.expected_version, p.envelope.timestamp,
-                            p.envelope.correlation_id) for p in pending
-            ]
+            if inputs is None:
+                inputs = [  # CommandInput's fields: id, command, expected version, time, correlation
+                    _make_input(p.envelope.command_id or p.envelope.message_id, p.command,
+                                p.envelope.expected_version, p.envelope.timestamp,
+                                p.envelope.correlation_id) for p in pending
+                ]
             # state and version after the commands answered so far
             state_now, version_now = agg_state, version
             start = 0  # the first command not answered yet
@@ -328,13 +357,16 @@ class AggregateStep:
             while start < len(pending):
                 todo = pending[start:start + size] if start else pending
                 chunk = inputs[start:start + size] if start else inputs
-                if watch is not None and len(chunk) == 1:  # the usual case: no generator
-                    watch.record, watch.since = todo[0].record, time.monotonic()
-                decision = decide(entry, aggregate_id, state_now, version_now,
-                                  chunk if watch is None or len(chunk) == 1
-                                  else _watched(chunk, todo, watch), self._route)
-                if watch is not None:
-                    watch.record = None
+                if first is not None:  # decided already, all of them (start is 0)
+                    decision, first = first, None
+                else:
+                    if watch is not None and len(chunk) == 1:  # the usual case: no generator
+                        watch.record, watch.since = todo[0].record, time.monotonic()
+                    decision = decide(entry, aggregate_id, state_now, version_now,
+                                      chunk if watch is None or len(chunk) == 1
+                                      else _watched(chunk, todo, watch), self._route)
+                    if watch is not None:
+                        watch.record = None
                 too_large: tuple[_Pending, str] | None = None  # a command whose outputs do not fit
                 for p, outcome in zip(todo, decision.outcomes, strict=True):
                     if type(outcome) is Accepted:
@@ -474,6 +506,80 @@ class AggregateStep:
         if streams_changed:
             record = record.with_streams(positions or {}, retrying or set())
         return StepResult(record, agg_state, out, deadlines)
+
+    def _one(self, entry: AggregateEntry, aggregate_type: str, aggregate_id: str,
+             current: AggregateRecord, rec: InputRecord, decoded: Any,
+             watch: Watch | None) -> StepResult:
+        """:meth:`apply` of one command record already read (``rec.envelope`` and ``payload``)
+        on an aggregate that remembers no process manager's stream: the common case at large key
+        spaces, one command per aggregate per batch, as one straight line. A plain acceptance
+        whose records fit is written here; anything else (a duplicate, a derived id, a payload
+        that cannot be read, a rejection, a crash, deadlines, a record over the limit) goes on
+        through :meth:`_decided` from where this got, or (before the decision) through the
+        general path, which writes the same records.
+        ``tests/property/test_step_one_properties.py`` holds the two to the same outputs."""
+        env = rec.envelope
+        assert env is not None and rec.payload is not None
+        cid = env.command_id or env.message_id
+        if "\0" in cid or cid in current.seen_ids or cid.startswith(DERIVED_PREFIX):
+            return self._general(entry, aggregate_type, aggregate_id, current, [rec], decoded, watch)
+        try:
+            command = self.codec.decode(rec.payload)
+        except CqrsError:
+            return self._general(entry, aggregate_type, aggregate_id, current, [rec], decoded, watch)
+        snapshot = current.snapshot
+        if decoded is UNDECODED:
+            decoded = None if snapshot is None else self.codec.decode(snapshot)
+        inputs = [_make_input(cid, command, env.expected_version, env.timestamp, env.correlation_id)]
+        if watch is not None:
+            watch.record, watch.since = rec, time.monotonic()
+        decision = decide(entry, aggregate_id, decoded, current.version, inputs, self._route)
+        if watch is not None:
+            watch.record = None
+        outcome = decision.outcomes[0]
+        write_result = self._write_result
+        if type(outcome) is not Accepted or outcome.deadlines or write_result is None:
+            return self._decided(entry, aggregate_type, aggregate_id, current, decoded,
+                                 [_Pending(rec, env, command)], inputs, decision, [], [], None,
+                                 None, False, watch)
+        out: list[OutputRecord] = []
+        limit = self.max_record_bytes
+        if outcome.events:
+            encode, events_topic = self.codec.encode, self.topics.events
+            # as in _decided: only an event over the limit by this bound is counted exactly
+            room = limit - EVENT_RECORD_FRAME_BYTES - (
+                len(rec.key) + len(rec.value) if not rec.headers  # type: ignore[arg-type]
+                else record_size(rec.key, rec.value, rec.headers))
+            for new_event in outcome.events:
+                key, value, headers = event_to_kafka(new_event, encode(new_event.event))
+                if len(value) + len(new_event.type_name) > room and \
+                        record_size(key, value, headers) > limit:
+                    return self._decided(entry, aggregate_type, aggregate_id, current, decoded,
+                                         [_Pending(rec, env, command)], inputs, decision, [], [],
+                                         None, None, False, watch)
+                out.append(OutputRecord(events_topic, key, value, headers))
+        try:
+            result_bytes = write_result((
+                cid, ACCEPTED, aggregate_type, aggregate_id, outcome.version, env.timestamp,
+                rec.partition, rec.offset, [e.event_id for e in outcome.events], None, None,
+                None, None))
+        except Exception:  # noqa: BLE001 - a value it does not take: the general path says why
+            result_bytes = b""
+        if not result_bytes or len(result_bytes) + 4 * len(cid) > limit - RECORD_FRAME_BYTES:
+            return self._decided(entry, aggregate_type, aggregate_id, current, decoded,
+                                 [_Pending(rec, env, command)], inputs, decision, [], [], None,
+                                 None, False, watch)
+        out.append(OutputRecord(self.topics.results, cid.encode(), result_bytes, [],
+                                self._reply_partition(env), ACCEPTED))
+        version, deleted, state = decision.version, current.deleted, decoded
+        if version != current.version:
+            state = decision.state
+            deleted = state is None and version > 0
+            snapshot = None if state is None else self.codec.encode(state)
+        record = current.remember_accepted(
+            version, deleted, snapshot, cid, env.timestamp, outcome.version, len(outcome.events),
+            rec.partition, rec.offset, self.dedup.window_ms, self.dedup.max_per_aggregate)
+        return StepResult(record, state, out, [])
 
     def _answer_again(self, current: AggregateRecord, new_seen: list[SeenCommand],
                       duplicates: list[tuple[Envelope, str]], aggregate_type: str,
