@@ -82,6 +82,8 @@ class StoredAggregate:
     source_partition: int  # commands-topic partition of the last command applied
     applied_offset: int  # its offset (-1: none, e.g. a rebuilt row with no result)
     commands: int  # commands absorbed so far: the row's write timestamp
+    # packed(), made once: a row goes to the changelog, then packed into the worker's cache
+    _packed: bytes | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -89,8 +91,12 @@ class StoredAggregate:
 
     def packed(self) -> bytes:
         """Everything but the key, as one value: the table's ``state`` cell."""
-        return _PACKED.pack(_PACKED_FORMAT, self.version, self.deleted, self.source_partition,
-                            self.applied_offset, self.commands) + self.record
+        blob = self._packed
+        if blob is None:
+            blob = self._packed = _PACKED.pack(
+                _PACKED_FORMAT, self.version, self.deleted, self.source_partition,
+                self.applied_offset, self.commands) + self.record
+        return blob
 
     @staticmethod
     def unpacked(aggregate_id: str, aggregate_type: str, state: bytes) -> StoredAggregate:
