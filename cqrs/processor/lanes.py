@@ -250,11 +250,13 @@ class _Run:
                     return None
                 item = self.items[self.next]
                 self.next += 1
-                # watched from here (its state's preparation too: a cache look-up, at most a
-                # state record's decoding), so one lock round trip an item, not two
-                self.current, self.started = item, time.monotonic()
             try:
                 if self.prepare(item):
+                    # watched once prepared, not before: an item set aside while its state was
+                    # being prepared would hand its lane no state row (and so no command count,
+                    # the row's write timestamp), and the cache's state would be dropped
+                    with self.lock:
+                        self.current, self.started = item, time.monotonic()
                     agg_type, agg_id = item.key
                     item.result = step.apply(agg_type, agg_id, item.record, item.records,
                                              item.decoded, watch)
