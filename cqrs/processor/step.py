@@ -257,15 +257,14 @@ class AggregateStep:
             one = ordered[0]
             if one.envelope is not None and one.payload is not None:
                 return self._one(entry, aggregate_type, aggregate_id, current, one, decoded, watch)
-        return self._general(entry, aggregate_type, aggregate_id, current, ordered, decoded, watch,
-                             out)
+        return self._general(entry, aggregate_type, aggregate_id, current, ordered, decoded, watch)
 
     def _general(self, entry: AggregateEntry, aggregate_type: str, aggregate_id: str,
                  current: AggregateRecord, ordered: list[InputRecord], decoded: Any,
-                 watch: Watch | None, out: list[OutputRecord] | None = None) -> StepResult:
+                 watch: Watch | None) -> StepResult:
         """:meth:`apply` from the aggregate's state on (``ordered``: its records, in order):
         read them, drop those seen before, then :meth:`_decided`."""
-        out = [] if out is None else out
+        out: list[OutputRecord] = []
         # the dedup memory as one string: an id that is not a substring of it was not seen
         # (the usual case, a C search); a set of them costs ~75 ns per remembered id
         seen_ids = current.seen_ids
@@ -539,9 +538,8 @@ class AggregateStep:
         outcome = decision.outcomes[0]
         write_result = self._write_result
         if type(outcome) is not Accepted or outcome.deadlines or write_result is None:
-            return self._decided(entry, aggregate_type, aggregate_id, current, decoded,
-                                 [_Pending(rec, env, command)], inputs, decision, [], [], None,
-                                 None, False, watch)
+            return self._hand_over(entry, aggregate_type, aggregate_id, current, decoded, rec,
+                                   command, inputs, decision, watch)
         out: list[OutputRecord] = []
         limit = self.max_record_bytes
         if outcome.events:
@@ -554,9 +552,8 @@ class AggregateStep:
                 key, value, headers = event_to_kafka(new_event, encode(new_event.event))
                 if len(value) + len(new_event.type_name) > room and \
                         record_size(key, value, headers) > limit:
-                    return self._decided(entry, aggregate_type, aggregate_id, current, decoded,
-                                         [_Pending(rec, env, command)], inputs, decision, [], [],
-                                         None, None, False, watch)
+                    return self._hand_over(entry, aggregate_type, aggregate_id, current, decoded,
+                                           rec, command, inputs, decision, watch)
                 out.append(OutputRecord(events_topic, key, value, headers))
         try:
             result_bytes = write_result((
@@ -566,9 +563,8 @@ class AggregateStep:
         except Exception:  # noqa: BLE001 - a value it does not take: the general path says why
             result_bytes = b""
         if not result_bytes or len(result_bytes) + 4 * len(cid) > limit - RECORD_FRAME_BYTES:
-            return self._decided(entry, aggregate_type, aggregate_id, current, decoded,
-                                 [_Pending(rec, env, command)], inputs, decision, [], [], None,
-                                 None, False, watch)
+            return self._hand_over(entry, aggregate_type, aggregate_id, current, decoded, rec,
+                                   command, inputs, decision, watch)
         out.append(OutputRecord(self.topics.results, cid.encode(), result_bytes, [],
                                 self._reply_partition(env), ACCEPTED))
         version, deleted, state = decision.version, current.deleted, decoded
@@ -580,6 +576,16 @@ class AggregateStep:
             version, deleted, snapshot, cid, env.timestamp, outcome.version, len(outcome.events),
             rec.partition, rec.offset, self.dedup.window_ms, self.dedup.max_per_aggregate)
         return StepResult(record, state, out, [])
+
+    def _hand_over(self, entry: AggregateEntry, aggregate_type: str, aggregate_id: str,
+                   current: AggregateRecord, decoded: Any, rec: InputRecord, command: Any,
+                   inputs: list[CommandInput], decision: Decision,
+                   watch: Watch | None) -> StepResult:
+        """What :meth:`_one` does not write itself: the general path from its decision on."""
+        assert rec.envelope is not None
+        return self._decided(entry, aggregate_type, aggregate_id, current, decoded,
+                             [_Pending(rec, rec.envelope, command)], inputs, decision, [], [],
+                             None, None, False, watch)
 
     def _answer_again(self, current: AggregateRecord, new_seen: list[SeenCommand],
                       duplicates: list[tuple[Envelope, str]], aggregate_type: str,
