@@ -104,25 +104,35 @@ def test_large_rows_are_written_in_batches_cassandra_accepts(fx: Fixture) -> Non
 def test_written_rows_leave_the_cyclic_collector_a_few_objects_per_request_not_per_row(
         fx: Fixture) -> None:
     """The driver's futures are freed by the cyclic collector only, at a task's end; a batch
-    they kept would keep every row's values with it, and the collection costs per object."""
+    they kept would keep every row's values with it, and the collection costs per object.
+
+    The collector also frees what the session's other threads left meanwhile (a shared
+    Spark session's listener calls, other tests' driver sessions): on a busy machine that
+    once came to ~900 objects. So the least of three writes counts; a batch that kept its
+    rows' values would leave thousands every time."""
     import gc
 
     table = fx.worker.table
     rows = [StoredAggregate(f"gc-{i}", "example.bank.Account", 1, False, b"x" * 40, 0, i, 1)
             for i in range(3000)]
     table.write(fx.worker.generation, rows[:100])  # warm: prepared statements, connections
-    gc.collect()
     enabled = gc.isenabled()
-    gc.disable()
-    try:
-        table.write(fx.worker.generation, rows)
-        freed = gc.collect()
-    finally:
-        if enabled:
-            gc.enable()
+    counts = []
+    for _ in range(3):
+        gc.collect()
+        gc.disable()
+        try:
+            table.write(fx.worker.generation, rows)
+            counts.append(gc.collect())
+        finally:
+            if enabled:
+                gc.enable()
+        if counts[-1] < len(rows):
+            break
+    freed = min(counts)
     requests = -(-len(rows) // fx.cfg.processor.rows_per_request) + fx.cfg.processor.state_buckets
     assert freed < 100 * requests
-    assert freed < len(rows), f"{freed} objects freed for {len(rows)} rows"
+    assert freed < len(rows), f"{counts} objects freed for {len(rows)} rows (three writes)"
     found = table.read(fx.worker.generation, [r.aggregate_id for r in rows])
     assert len(found) == len(rows)
 
