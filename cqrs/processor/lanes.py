@@ -226,9 +226,11 @@ class Decider:
 class _Run:
     """A slice's items, taken in order by whichever decider holds the current token."""
 
-    def __init__(self, items: Sequence[Item], prepare: Callable[[Item], bool]) -> None:
+    def __init__(self, items: Sequence[Item], prepare: Callable[[Item], bool],
+                 finish: Callable[[Item], None] | None = None) -> None:
         self.items = items
         self.prepare = prepare
+        self.finish = finish
         self.next = 0
         self.left = len(items)
         self.token = 0
@@ -266,9 +268,15 @@ class _Run:
                 if self.current is item:  # (another decider's item may be current by now)
                     self.current = None
                 lane = item.lane
-                if lane is None:
+            if lane is None:  # no longer current, so never set aside: the slice's to finish
+                if self.finish is not None and item.error is None:
+                    try:
+                        self.finish(item)
+                    except BaseException as exc:  # noqa: BLE001 - handed to the serving task
+                        item.error = exc
+                with self.lock:
                     self._finished_one()
-                    continue
+                continue
             with lane.lock:  # set aside meanwhile: this thread is its lane now
                 if lane.epoch != 0:
                     return None  # past the budget already: abandoned
@@ -288,12 +296,16 @@ class _Run:
 
 def decide_items(decider: Callable[[], Decider], replace: Callable[[], Decider], items: Sequence[Item],
                  prepare: Callable[[Item], bool],
-                 set_aside: Callable[[Item, Watch, threading.Thread], Lane], slow_s: float) -> int:
+                 set_aside: Callable[[Item, Watch, threading.Thread], Lane], slow_s: float,
+                 finish: Callable[[Item], None] | None = None) -> int:
     """Decide ``items`` (in order) in the worker's decider thread, setting aside each one whose
     decision runs past ``slow_s`` (``set_aside`` makes its lane, served by the decider's
     thread from then on; ``replace`` retires that decider and makes a new one for the rest).
-    Returns how many were set aside; an error of the step is raised here."""
-    run = _Run(items, prepare)
+    ``finish(item)`` runs in the decider right after each item it decided and kept (not set
+    aside, no error), in order: what the slice does with a decision, while its objects are
+    still in the CPU's caches. Returns how many were set aside; an error of the step (or of
+    ``finish``) is raised here."""
+    run = _Run(items, prepare, finish)
     if not items:
         return 0
     decider().submit(run, run.token)

@@ -75,18 +75,26 @@ def test_the_cache_is_used_only_after_the_partitions_previous_slice(fx: Fixture)
 def test_states_evicted_from_the_cache_are_kept_packed_and_not_read_again(fx: Fixture) -> None:
     """With one decoded state cached, the others are kept packed (the worker's store): the next
     slice finds them there, not in the table, and decides on the states a read would give; a
-    gap (another worker's commands in between) drops both."""
+    gap (another worker's commands in between) drops both. A full cache keeps the state it
+    holds decoded against a sweep (acc-2 and acc-3 stay packed), and admits an aggregate that
+    keeps getting commands after at most ADMIT_EVERY of them."""
+    from cqrs.processor.partition import ADMIT_EVERY
+
     fx.worker.cache.capacity = 1
     fx.run(fx.slice(("acc-1", OpenAccount("ann")), ("acc-2", OpenAccount("bob")),
                     ("acc-3", OpenAccount("cy"))))
     later = fx.run(fx.slice(("acc-1", Deposit(5)), ("acc-2", Deposit(6)), ("acc-3", Deposit(7))))
     assert (later.cache_hits, later.store_hits, later.state_reads, later.accepted) == (1, 2, 0, 3)
     again = fx.run(fx.slice(("acc-2", Deposit(1)), ("acc-3", Deposit(1))))
-    assert (again.cache_hits, again.store_hits, again.state_reads) == (1, 1, 0)
+    assert (again.cache_hits, again.store_hits, again.state_reads) == (0, 2, 0)
     fx.offset += 10
     gap = fx.run(fx.slice(("acc-1", Deposit(1)), ("acc-2", Deposit(1))))
     assert (gap.cache_hits, gap.store_hits, gap.state_reads) == (0, 0, 2)
     assert [_balance(fx, a) for a in ("acc-1", "acc-2", "acc-3")] == [(3, 6), (4, 8), (3, 8)]
+    found = [fx.run(fx.slice(("acc-2", Deposit(1)))) for _ in range(ADMIT_EVERY + 1)]
+    assert [(f.cache_hits + f.store_hits, f.accepted) for f in found] == [(1, 1)] * len(found)
+    assert found[-1].cache_hits == 1, [f.cache_hits for f in found]  # admitted by then
+    assert _balance(fx, "acc-2") == (4 + len(found), 8 + len(found))
 
 
 def test_large_rows_are_written_in_batches_cassandra_accepts(fx: Fixture) -> None:
