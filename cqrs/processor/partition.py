@@ -967,12 +967,16 @@ def _decide(worker: Worker, grouped: list[_Grouped],
             item.records = fresh
         return bool(item.records)
 
+    laned: list[Item] = []
+
     def set_aside(item: Item, watch: Watch, thread: Any) -> Lane:
         g = grouped[item.slice_index]
         lane = Lane(item.key, g.part[3], item.row, item.record, item.decoded, watch, thread,
                     list(item.records))
         worker.lanes.by_key[item.key] = lane
-        g.cache.forget(item.key)  # the lane has its state now
+        # the lane has its state now: out of the cache once the decider is done (its finish
+        # changes the cache meanwhile, and the two would race on the packed store's count)
+        laned.append(item)
         return lane
 
     pending = [_Pending(g.part, g.next_offset, g.cache, outs[i], [], []) for i, g in enumerate(grouped)]
@@ -1026,8 +1030,12 @@ def _decide(worker: Worker, grouped: list[_Grouped],
 
     slow_s = worker.cfg.processor.slow_decision_s
     if slow_s > 0:
-        stats.set_aside += decide_items(worker.decider, worker.replace_decider, items, prepare,
-                                        set_aside, slow_s, finish)
+        try:
+            stats.set_aside += decide_items(worker.decider, worker.replace_decider, items,
+                                            prepare, set_aside, slow_s, finish)
+        finally:
+            for item in laned:
+                grouped[item.slice_index].cache.forget(item.key)
     else:  # no lanes: decided here, one after the other
         for item in items:
             if prepare(item):
