@@ -227,7 +227,7 @@ class _Run:
     """A slice's items, taken in order by whichever decider holds the current token."""
 
     def __init__(self, items: Sequence[Item], prepare: Callable[[Item], bool],
-                 finish: Callable[[Item], None] | None = None) -> None:
+                 finish: Callable[[Item], None]) -> None:
         self.items = items
         self.prepare = prepare
         self.finish = finish
@@ -269,7 +269,7 @@ class _Run:
                     self.current = None
                 lane = item.lane
             if lane is None:  # no longer current, so never set aside: the slice's to finish
-                if self.finish is not None and item.error is None:
+                if item.error is None:
                     try:
                         self.finish(item)
                     except BaseException as exc:  # noqa: BLE001 - handed to the serving task
@@ -297,7 +297,7 @@ class _Run:
 def decide_items(decider: Callable[[], Decider], replace: Callable[[], Decider], items: Sequence[Item],
                  prepare: Callable[[Item], bool],
                  set_aside: Callable[[Item, Watch, threading.Thread], Lane], slow_s: float,
-                 finish: Callable[[Item], None] | None = None) -> int:
+                 finish: Callable[[Item], None]) -> int:
     """Decide ``items`` (in order) in the worker's decider thread, setting aside each one whose
     decision runs past ``slow_s`` (``set_aside`` makes its lane, served by the decider's
     thread from then on; ``replace`` retires that decider and makes a new one for the rest).
