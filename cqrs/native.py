@@ -15,7 +15,7 @@ __all__ = ["FORM", "builder", "native"]
 
 T = TypeVar("T")
 
-FORM: Final = 2  # the functions and plans this code calls cqrs_native with
+FORM: Final = 3  # the functions and plans this code calls cqrs_native with
 
 native: ModuleType | None
 try:

@@ -359,6 +359,13 @@ class Codec:
         sealer = None if reg is None else self._sealers.get(reg.cls)
         return None if sealer is None else sealer.open_record(record, name)
 
+    def quick_paths(self) -> tuple[dict[bytes, Reader], dict[type, Writer]]:
+        """The generated reader per single-object header and writer per class that
+        :meth:`decode` and :meth:`encode` try first (the dicts themselves, filled as classes are
+        first decoded and encoded): for a native caller taking the same quick path, falling
+        back to those methods where a dict has no entry or its entry raises."""
+        return self._reads, self._writes
+
     # ---- personal data: what a batch's key look-up needs ----------------------------------
 
     @property

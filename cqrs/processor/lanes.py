@@ -37,10 +37,10 @@ import attrs
 
 from cqrs.budget import WATCH_S, Watch, interrupt
 from cqrs.processor.state_table import StoredAggregate
-from cqrs.processor.step import AggregateStep, InputRecord, StepResult
+from cqrs.processor.step import UNDECODED, AggregateStep, InputRecord, StepResult
 from cqrs.results import AggregateRecord
 
-__all__ = ["Decider", "Item", "Lane", "Lanes", "decide_items"]
+__all__ = ["Decider", "Item", "Lane", "Lanes", "apply_item", "decide_items", "unpacked_state"]
 
 
 
@@ -59,6 +59,30 @@ class Item:
     error: BaseException | None = None
     lane: Lane | None = None  # set aside while it was decided
     cached: Any = None  # the worker's cached state it started from (partition._Cached), if any
+    # its state row as the worker keeps it packed (StoredAggregate.packed), when it is to be
+    # decided on that (see apply_item); ``row`` and ``record`` are None until unpacked
+    packed: bytes | None = None
+    keep_decoded: bool = True  # its new state is kept decoded in the worker's cache (else packed)
+
+
+def apply_item(step: AggregateStep, item: Item, watch: Watch | None) -> StepResult:
+    """The step of a prepared item: on its packed row when it has one
+    (:meth:`AggregateStep.apply_packed`, the new state packed again), else (or when that does
+    not take it) on its state, the row unpacked into ``item.row`` and ``item.record``."""
+    agg_type, agg_id = item.key
+    if item.packed is not None:
+        result = step.apply_packed(agg_type, agg_id, item.packed, item.records, watch)
+        if result is not None:
+            return result
+        item.row, item.record, item.decoded = unpacked_state(step, item)
+    return step.apply(agg_type, agg_id, item.record, item.records, item.decoded, watch)
+
+
+def unpacked_state(step: AggregateStep, item: Item) -> tuple[StoredAggregate, AggregateRecord, Any]:
+    """The row, record and aggregate (undecoded) of an item's packed state."""
+    assert item.packed is not None
+    row = StoredAggregate.unpacked(item.key[1], item.key[0], item.packed)
+    return row, step.load_state(row.record), UNDECODED
 
 
 @attrs.define(eq=False)
@@ -259,9 +283,7 @@ class _Run:
                     # the row's write timestamp), and the cache's state would be dropped
                     with self.lock:
                         self.current, self.started = item, time.monotonic()
-                    agg_type, agg_id = item.key
-                    item.result = step.apply(agg_type, agg_id, item.record, item.records,
-                                             item.decoded, watch)
+                    item.result = apply_item(step, item, watch)
             except BaseException as exc:  # noqa: BLE001 - handed to the serving task
                 item.error = exc
             with self.lock:
@@ -284,7 +306,7 @@ class _Run:
                     lane.error, lane.thread = item.error, None
                     return None
                 if item.result is not None:
-                    lane.post(item.result, lane.inflight)
+                    lane.post(step.recorded(item.result), lane.inflight)
                 lane.inflight = []
             return lane, 0
 

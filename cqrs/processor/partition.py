@@ -50,7 +50,9 @@ from cqrs.errors import CqrsError
 from cqrs.budget import Watch
 from cqrs.personal.keys import KeyCache
 from cqrs.processor.changelog import StateChangelog, uses_changelog
-from cqrs.processor.lanes import Decider, Item, Lane, Lanes, decide_items
+from cqrs.processor.lanes import (
+    Decider, Item, Lane, Lanes, apply_item, decide_items, unpacked_state,
+)
 from cqrs.processor.state_table import HELD_MARK, Position, StateTable, StoredAggregate, bridged
 from cqrs.processor.step import (
     UNDECODED, AggregateStep, InputRecord, OutputRecord, StepResult,
@@ -175,13 +177,17 @@ class States(collections.OrderedDict[tuple[str, str], _Cached]):
         self.packed[key] = blob
         self.packed_bytes += len(blob) + PACKED_OVERHEAD
 
+    def take_packed(self, key: tuple[str, str]) -> bytes | None:
+        """The packed state of ``key`` as kept, taken out of the packed ones (None: not kept)."""
+        blob = self.packed.pop(key, None)
+        if blob is not None:
+            self.packed_bytes -= len(blob) + PACKED_OVERHEAD
+        return blob
+
     def unpack(self, key: tuple[str, str]) -> StoredAggregate | None:
         """The packed state of ``key``, taken out of the packed ones (None: not kept)."""
-        blob = self.packed.pop(key, None)
-        if blob is None:
-            return None
-        self.packed_bytes -= len(blob) + PACKED_OVERHEAD
-        return StoredAggregate.unpacked(key[1], key[0], blob)
+        blob = self.take_packed(key)
+        return None if blob is None else StoredAggregate.unpacked(key[1], key[0], blob)
 
     def forget(self, key: tuple[str, str]) -> None:
         """Neither the decoded nor the packed state of ``key`` (a lane has it now)."""
@@ -593,12 +599,15 @@ def process_slices(worker: Worker, topic: str,
         # 2. state of every aggregate of the slices: the cache (decoded, else packed: as if
         # read), else the table (one read)
         t0 = time.perf_counter()
-        stored: dict[tuple[str, str], StoredAggregate] = {}
+        # (kept packed, to be decided on as such, when the step can: see _decide's prepare)
+        stored: dict[tuple[str, str], StoredAggregate | bytes] = {}
+        packs = worker.step.packs
         for g in grouped:
             if g.cache.packed:
-                unpack, decoded = g.cache.unpack, g.cache
+                take = g.cache.take_packed if packs else g.cache.unpack
+                decoded = g.cache
                 for k in g.groups:
-                    if k not in decoded and (found := unpack(k)) is not None:  # type: ignore[arg-type]
+                    if k not in decoded and (found := take(k)) is not None:  # type: ignore[arg-type]
                         stored[k] = found  # type: ignore[index]
         stats.store_hits += len(stored)
         # with a changelog, the cache holds every state of the partition: the rest are new
@@ -945,24 +954,45 @@ def _decide(worker: Worker, grouped: list[_Grouped],
                 items.append(Item(i, key, records))
     hits = skipped = 0
 
+    room = worker.cache.room(sum(len(g.cache) for g in grouped))
+
     def prepare(item: Item) -> bool:
-        """The item's state (cache, else the row read), without the commands it applied."""
-        nonlocal hits, skipped
+        """The item's state (cache, else the row read), without the commands it applied; and
+        whether its new state is kept decoded. A state read from the packed store or the table
+        while the decoded ones are full is kept packed unless the cache admits it
+        (:meth:`StateCache.admits`); one kept packed is decided on its packed row (see
+        :func:`~cqrs.processor.lanes.apply_item`)."""
+        nonlocal hits, skipped, room
         hit = grouped[item.slice_index].cache.get(item.key)
+        source: int | None = None
+        applied = -1
         if hit is not None:
             hits += 1
             item.row, item.record, item.decoded = hit.stored, hit.record, hit.decoded
             item.cached = hit
+            source, applied = hit.stored.source_partition, hit.stored.applied_offset
         else:
-            row = item.row = stored.get(item.key)
+            if room > 0:
+                room -= 1
+            else:
+                item.keep_decoded = worker.cache.admits()
+            row = stored.get(item.key)
+            if type(row) is bytes:
+                if item.keep_decoded:
+                    row = StoredAggregate.unpacked(item.key[1], item.key[0], row)
+                else:  # decided as it is kept
+                    item.packed = row
+                    source, applied = StoredAggregate.applied_in(row)
+                    row = None
+            if row is not None:
+                source, applied = row.source_partition, row.applied_offset
+            item.row = row  # type: ignore[assignment]
             found = loaded.get(item.key) if loaded else None
             item.record = found if found is not None else \
-                None if row is None else step.load_state(row.record)
+                None if row is None else step.load_state(row.record)  # type: ignore[union-attr]
             item.decoded = UNDECODED
-        row = item.row
-        if row is not None:
-            fresh = [r for r in item.records
-                     if r.partition != row.source_partition or r.offset > row.applied_offset]
+        if source is not None:
+            fresh = [r for r in item.records if r.partition != source or r.offset > applied]
             skipped += len(item.records) - len(fresh)
             item.records = fresh
         return bool(item.records)
@@ -971,8 +1001,11 @@ def _decide(worker: Worker, grouped: list[_Grouped],
 
     def set_aside(item: Item, watch: Watch, thread: Any) -> Lane:
         g = grouped[item.slice_index]
-        lane = Lane(item.key, g.part[3], item.row, item.record, item.decoded, watch, thread,
-                    list(item.records))
+        # (an item decided on its packed row: its state from that, whatever the decider's
+        # thread has set meanwhile)
+        row, record, decoded = (item.row, item.record, item.decoded) if item.packed is None \
+            else unpacked_state(step, item)
+        lane = Lane(item.key, g.part[3], row, record, decoded, watch, thread, list(item.records))
         worker.lanes.by_key[item.key] = lane
         # the lane has its state now: out of the cache once the decider is done (its finish
         # changes the cache meanwhile, and the two would race on the packed store's count)
@@ -980,17 +1013,13 @@ def _decide(worker: Worker, grouped: list[_Grouped],
         return lane
 
     pending = [_Pending(g.part, g.next_offset, g.cache, outs[i], [], []) for i, g in enumerate(grouped)]
-    room = worker.cache.room(sum(len(g.cache) for g in grouped))
 
     def finish(item: Item) -> None:
         """A decision into its slice's records and rows and its state into the cache, right
         after it is made (the decider's thread), in the items' order: the state it replaces
         is freed at once, and the next decision's objects take that memory while it is still
         in the CPU's caches (deciding them all first, then this, put every one of a slice's
-        new objects in fresh memory). A state read from the packed store or the table while
-        the decoded ones are full is kept packed unless the cache admits it
-        (:meth:`StateCache.admits`)."""
-        nonlocal room
+        new objects in fresh memory); decoded or packed as ``prepare`` said."""
         result: StepResult | None = item.result
         if result is None:
             return
@@ -998,6 +1027,13 @@ def _decide(worker: Worker, grouped: list[_Grouped],
         slot.out.extend(result.out)
         if result.deadlines:
             slot.deadlines.extend(result.deadlines)
+        cache = slot.cache
+        assert cache is not None
+        if result.row is not None:  # decided on its packed row: the new one, packed
+            slot.rows.append(result.row)
+            cache.keep(item.key, result.row)
+            item.packed = item.result = None
+            return
         if result.record is None:
             return
         agg_type, agg_id = item.key
@@ -1007,15 +1043,7 @@ def _decide(worker: Worker, grouped: list[_Grouped],
             step.dump_state(result.record), last.partition, last.offset,
             (row.commands if row is not None else 0) + len(item.records))
         slot.rows.append(new_row)
-        cache = slot.cache
-        assert cache is not None
-        decoded = True
-        if item.cached is None:  # read from the packed store or the table: admitted?
-            if room > 0:
-                room -= 1
-            else:
-                decoded = worker.cache.admits()
-        if not decoded:
+        if not item.keep_decoded:
             cache.keep(item.key, new_row)
         else:
             key_id = subject = None
@@ -1028,7 +1056,7 @@ def _decide(worker: Worker, grouped: list[_Grouped],
             if drops != cache.vouched or key_id is None and subject is not None:
                 cache.vouched = None
         # the state it replaces goes now (the cache held it, and this item)
-        item.row = item.record = item.decoded = item.cached = item.result = None
+        item.row = item.record = item.decoded = item.cached = item.result = item.packed = None
 
     slow_s = worker.cfg.processor.slow_decision_s
     if slow_s > 0:
@@ -1041,8 +1069,7 @@ def _decide(worker: Worker, grouped: list[_Grouped],
     else:  # no lanes: decided here, one after the other
         for item in items:
             if prepare(item):
-                item.result = step.apply(item.key[0], item.key[1], item.record, item.records,
-                                         item.decoded)
+                item.result = apply_item(step, item, None)
                 finish(item)
     stats.aggregates += len(items)
     stats.cache_hits += hits

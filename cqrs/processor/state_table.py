@@ -63,6 +63,8 @@ _LAYOUT = {"bucket", *_COLUMNS}  # a generation's columns
 # the record
 _PACKED = struct.Struct(">BqBiqq")
 _PACKED_FORMAT = 1
+_APPLIED = struct.Struct(">iq")  # source partition and applied offset, after format, version, deleted
+_APPLIED_AT = 10
 
 
 class StateTableError(CqrsError, RuntimeError):
@@ -97,6 +99,12 @@ class StoredAggregate:
                 _PACKED_FORMAT, self.version, self.deleted, self.source_partition,
                 self.applied_offset, self.commands) + self.record
         return blob
+
+    @staticmethod
+    def applied_in(state: bytes) -> tuple[int, int]:
+        """The source partition and applied offset of the row whose :meth:`packed` value is
+        ``state`` (a state the worker packed itself), without unpacking the rest."""
+        return _APPLIED.unpack_from(state, _APPLIED_AT)  # type: ignore[return-value]
 
     @staticmethod
     def unpacked(aggregate_id: str, aggregate_type: str, state: bytes) -> StoredAggregate:

@@ -33,6 +33,7 @@ byte-identical records. No clock is read; de-duplication is windowed by command 
 
 from __future__ import annotations
 
+import datetime as _dt
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
@@ -53,7 +54,8 @@ from cqrs.envelope import (
 )
 from cqrs.budget import Watch
 from cqrs.errors import CqrsError, DecisionTimeoutError, RecordTooLargeError
-from cqrs.native import builder
+from cqrs.native import builder, native
+from cqrs.processor.state_table import StoredAggregate
 from cqrs.results import (
     ACCEPTED, FAILED, REJECTED, AggregateRecord, CommandResult, SeenCommand, accepted_seen,
     expand_seen, kept_indices, seen_command,
@@ -66,6 +68,13 @@ __all__ = ["DUPLICATE_HEADER", "UNDECODED", "AggregateStep", "DedupPolicy", "Inp
            "StepResult", "Watch"]
 
 DLQ_PREFIX = "cqrs.dlq."
+# AggregateRecord's Avro fields as the native packed step reads and writes them (native/src/packed.rs)
+_PACKED_STATE_LAYOUT: Final = [
+    ("version", "long"), ("deleted", "boolean"), ("snapshot", ["null", "bytes"]),
+    ("seen_ids", "string"), ("seen_times", "bytes"), ("seen_sizes", "bytes"),
+    ("seen_results", "bytes"), ("streams", "string"), ("stream_marks", "bytes"),
+    ("retrying", "string"),
+]
 _make_input: Final = builder(CommandInput)  # every field given (see cqrs.native.builder)
 # the one header a result record can carry: on the answer to a command id seen before (the first
 # answer again, as a retried send or a process manager's replay gets it)
@@ -103,6 +112,9 @@ class StepResult:
     out: list[OutputRecord]
     # deadlines scheduled and cancelled, to write once the records are acknowledged
     deadlines: list[StoredDeadline] = attrs.field(factory=list)
+    # the new state row, packed, when apply_packed made it (``record`` is None then: the row
+    # holds it; see AggregateStep.recorded)
+    row: StoredAggregate | None = None
 
 
 def _watched(inputs: Sequence[CommandInput], todo: Sequence[_Pending],
@@ -175,6 +187,8 @@ class AggregateStep:
         # object (its 13 fields cost ~2 us to set on a frozen class; None: the codec has no
         # generated writer for it)
         self._write_result = codec.values_writer(CommandResult)
+        # apply_packed's native step (None: the module is not installed, or not for this app)
+        self._packed_step = self._native_packed_step()
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -184,7 +198,64 @@ class AggregateStep:
     def dump_state(self, record: AggregateRecord) -> bytes:
         return self.codec.encode(record)
 
+    def _native_packed_step(self) -> Any:
+        """``cqrs_native.PackedStep`` for :meth:`apply_packed`, or None: without the native
+        module, for an app with personal fields (their keys are looked up per batch), and
+        when the state record is not laid out as that step writes it."""
+        if native is None or self._write_result is None or self.codec.personal:
+            return None
+        reg = self.codec.lookup(AggregateRecord)
+        if [(f["name"], f["type"]) for f in reg.schema["fields"]] != _PACKED_STATE_LAYOUT:
+            return None  # pragma: no cover - a change to AggregateRecord the native step lacks
+        reads, writes = self.codec.quick_paths()
+        return native.PackedStep({
+            "record_header": reg.header, "reads": reads, "writes": writes,
+            "encode": self.codec.encode, "entry_of": self.app.model.entry, "decide": decide,
+            "route": self._route, "make_input": _make_input, "accepted": Accepted,
+            "write_result": self._write_result, "make_output": builder(OutputRecord),
+            "make_row": builder(StoredAggregate), "make_result": builder(StepResult),
+            "event_to_kafka": event_to_kafka, "monotonic": time.monotonic, "utc": _dt.timezone.utc,
+            "events_topic": self.topics.events, "results_topic": self.topics.results,
+            "accepted_status": ACCEPTED, "results_partitions": self.results_partitions,
+            "max_record_bytes": self.max_record_bytes,
+            "event_frame_bytes": EVENT_RECORD_FRAME_BYTES, "record_frame_bytes": RECORD_FRAME_BYTES,
+            "max_state_key_bytes": MAX_STATE_KEY_BYTES, "window_ms": self.dedup.window_ms,
+            "max_count": self.dedup.max_per_aggregate, "derived_prefix": DERIVED_PREFIX,
+        })
+
+    @property
+    def packs(self) -> bool:
+        """Whether :meth:`apply_packed` can take commands (else it always returns None)."""
+        return self._packed_step is not None
+
+    def recorded(self, result: StepResult) -> StepResult:
+        """``result`` with its record, when :meth:`apply_packed` left it in its packed row."""
+        if result.row is None:
+            return result
+        return StepResult(self.load_state(result.row.record), result.state, result.out,
+                          result.deadlines)
+
     # ---- the step ---------------------------------------------------------------------------
+
+    def apply_packed(self, aggregate_type: str, aggregate_id: str, packed: bytes,
+                     records: list[InputRecord], watch: Watch | None = None) -> StepResult | None:
+        """:meth:`apply` on the state the packed row ``packed`` holds
+        (:meth:`StoredAggregate.packed`; ``records``: its commands not applied yet), for the
+        state to be kept packed again: the result's :attr:`~StepResult.row` is the new row,
+        its ``record`` None. In one native call for the commonest case (one plain command,
+        accepted, its records within the limits, nothing falling out of the dedup memory):
+        :meth:`_one`'s records without its objects; this step from the decision on otherwise.
+        None when neither takes the command (nothing decided): unpack the row and
+        :meth:`apply` it."""
+        if self._packed_step is None or len(records) != 1:
+            return None
+        found = self._packed_step(aggregate_type, aggregate_id, packed, records[0], watch)
+        if type(found) is not tuple:
+            return found  # type: ignore[no-any-return]
+        entry, decoded, command, inputs, decision = found
+        current = self.load_state(StoredAggregate.unpacked(aggregate_id, aggregate_type, packed).record)
+        return self._hand_over(entry, aggregate_type, aggregate_id, current, decoded, records[0],
+                               command, inputs, decision, watch)
 
     def run(
         self,

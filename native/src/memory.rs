@@ -12,7 +12,7 @@ use pyo3::types::{
 use crate::writer::days_from_civil;
 
 const COMPACT_MARK: u8 = 0x01;
-const COMPACT_SIZE: usize = 1 + 8 + 4 + 4 + 8 + 8; // mark, then "<qIiqq"
+pub(crate) const COMPACT_SIZE: usize = 1 + 8 + 4 + 4 + 8 + 8; // mark, then "<qIiqq"
 const EXACT_F64: i64 = 1 << 53; // micros whose float division equals Python's int division
 
 /// `remember_accepted(record, make_record, utc, command_id, timestamp, answered, events,
@@ -102,13 +102,7 @@ pub fn remember_accepted<'py>(
     };
     let new_times = appended(py, times, &ms.to_le_bytes());
     let new_sizes = appended(py, sizes.as_bytes(), &(COMPACT_SIZE as u32).to_le_bytes());
-    let mut entry = [0u8; COMPACT_SIZE];
-    entry[0] = COMPACT_MARK;
-    entry[1..9].copy_from_slice(&answered.to_le_bytes());
-    entry[9..13].copy_from_slice(&events.to_le_bytes());
-    entry[13..17].copy_from_slice(&partition.to_le_bytes());
-    entry[17..25].copy_from_slice(&offset.to_le_bytes());
-    entry[25..33].copy_from_slice(&micros.to_le_bytes());
+    let entry = compact_entry(answered, events, partition, offset, micros);
     let new_results = appended(py, results.as_bytes(), &entry);
     let made = make_record.call1((
         version,
@@ -126,9 +120,27 @@ pub fn remember_accepted<'py>(
     Ok(Some(made))
 }
 
+/// A plain acceptance's compact entry in the memory (`results._COMPACT`, after its mark).
+pub(crate) fn compact_entry(
+    answered: i64,
+    events: u32,
+    partition: i32,
+    offset: i64,
+    micros: i64,
+) -> [u8; COMPACT_SIZE] {
+    let mut entry = [0u8; COMPACT_SIZE];
+    entry[0] = COMPACT_MARK;
+    entry[1..9].copy_from_slice(&answered.to_le_bytes());
+    entry[9..13].copy_from_slice(&events.to_le_bytes());
+    entry[13..17].copy_from_slice(&partition.to_le_bytes());
+    entry[17..25].copy_from_slice(&offset.to_le_bytes());
+    entry[25..33].copy_from_slice(&micros.to_le_bytes());
+    entry
+}
+
 /// Microseconds since the epoch of a datetime in `datetime.timezone.utc`, below 2**53 in size;
 /// None for anything else.
-fn utc_micros(timestamp: &Bound<'_, PyAny>, utc: &Bound<'_, PyAny>) -> Option<i64> {
+pub(crate) fn utc_micros(timestamp: &Bound<'_, PyAny>, utc: &Bound<'_, PyAny>) -> Option<i64> {
     let dt = timestamp.downcast_exact::<PyDateTime>().ok()?;
     if !dt.get_tzinfo()?.is(utc) {
         return None;

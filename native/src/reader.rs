@@ -30,14 +30,14 @@ pub struct Reader {
 
 /// The bytes being read and the position in them. `None` from any of its methods: the bytes
 /// are not what the generated reader reads (the caller raises `Mismatch`).
-struct Cursor<'a> {
-    d: &'a [u8],
-    p: usize,
+pub(crate) struct Cursor<'a> {
+    pub(crate) d: &'a [u8],
+    pub(crate) p: usize,
 }
 
 impl<'a> Cursor<'a> {
     #[inline]
-    fn byte(&mut self) -> Option<u8> {
+    pub(crate) fn byte(&mut self) -> Option<u8> {
         let b = *self.d.get(self.p)?;
         self.p += 1;
         Some(b)
@@ -46,7 +46,7 @@ impl<'a> Cursor<'a> {
     /// A zig-zag varint: at most 10 bytes and 64 bits, as `_rlong` takes (fastavro's C reader
     /// reads longer or wider ones its own way).
     #[inline]
-    fn long(&mut self) -> Option<i64> {
+    pub(crate) fn long(&mut self) -> Option<i64> {
         let b = self.byte()?;
         let n: u64 = if b < 0x80 {
             b as u64
@@ -76,7 +76,7 @@ impl<'a> Cursor<'a> {
 
     /// The bytes of a string or bytes value.
     #[inline]
-    fn span(&mut self) -> Option<&'a [u8]> {
+    pub(crate) fn span(&mut self) -> Option<&'a [u8]> {
         let n = self.count()?;
         let end = self.p.checked_add(n)?;
         let s = self.d.get(self.p..end)?;

@@ -6,8 +6,10 @@ duplicate, a process manager's derived id, a payload that cannot be read)."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +18,8 @@ from cqrs.client import encode_command
 from cqrs.domain import Aggregate, CommandHandler, Event, Rejected, Schedule, command, event
 from cqrs.processor import AggregateStep, InputRecord
 from cqrs.processor.partition import group_by_aggregate
-from cqrs.processor.step import UNDECODED, StepResult
+from cqrs.processor.state_table import StoredAggregate
+from cqrs.processor.step import UNDECODED, DedupPolicy, StepResult
 from cqrs.results import AggregateRecord
 from cqrs.testing.example import Deposit, Explode, OpenAccount, Withdraw, make_app
 from cqrs.topics import topics_for
@@ -120,11 +123,40 @@ def _both(step: AggregateStep, agg_type: str, aggregate_id: str, state: Aggregat
     slow = step._general(entry, agg_type, aggregate_id,  # noqa: SLF001
                          state if state is not None else AggregateRecord(), [rec], decoded, None)
     assert _written(fast) == _written(slow)
+    if state is not None and step._packed_step is not None:  # noqa: SLF001
+        _packed_as_unpacked(step, agg_type, aggregate_id, state, rec, fast)
     return fast
 
 
-def _run(app: App, agg_type: str, commands: list[object], plan: list[tuple[Any, ...]]) -> None:
-    step = AggregateStep(app, app.codec, TOPICS, results_partitions=4, max_record_bytes=LIMIT)
+PACKED_PATHS: dict[str, int] = {"native": 0, "handed over": 0, "not taken": 0}
+
+
+def _packed_as_unpacked(step: AggregateStep, agg_type: str, aggregate_id: str,
+                        state: AggregateRecord, rec: InputRecord, fast: StepResult) -> None:
+    """apply_packed on the state's packed row writes what apply writes on the row unpacked:
+    the same records, aggregate and deadlines, and (made natively) the row apply's record
+    makes, byte for byte."""
+    row = StoredAggregate(aggregate_id, agg_type, state.version, state.deleted,
+                          step.dump_state(state), rec.partition, rec.offset - 1, rec.offset)
+    packed = step.apply_packed(agg_type, aggregate_id, row.packed(), [rec])
+    if packed is None:
+        PACKED_PATHS["not taken"] += 1
+        return
+    if packed.row is None:
+        PACKED_PATHS["handed over"] += 1
+        assert _written(packed) == _written(fast)
+        return
+    PACKED_PATHS["native"] += 1
+    assert packed.record is None and fast.record is not None
+    assert _written(step.recorded(packed)) == _written(fast)
+    made = StoredAggregate(aggregate_id, agg_type, fast.record.version, fast.record.deleted,
+                           step.dump_state(fast.record), rec.partition, rec.offset, rec.offset + 1)
+    assert packed.row == made and packed.row.packed() == made.packed()
+
+
+def _run(app: App, agg_type: str, commands: list[object], plan: list[tuple[Any, ...]],
+         dedup: DedupPolicy = DedupPolicy()) -> None:
+    step = AggregateStep(app, app.codec, TOPICS, dedup, results_partitions=4, max_record_bytes=LIMIT)
     state: AggregateRecord | None = None
     decoded: Any = UNDECODED
     for n, (cmd, (keep_decoded, reply, cid, expected, seconds, garble)) in enumerate(
@@ -148,3 +180,29 @@ def test_one_note_command_at_a_time_writes_what_the_general_path_writes(
 def test_one_bank_command_at_a_time_writes_what_the_general_path_writes(
         commands: list[object], plan: list[tuple[Any, ...]]) -> None:
     _run(BANK, ACCOUNT, [OpenAccount("ann"), *commands], [(True, None, "open", None, 0, False), *plan])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(bank_commands, min_size=1, max_size=8), st.lists(sends, min_size=8, max_size=8))
+def test_a_small_dedup_memory_trims_as_the_general_path_does(
+        commands: list[object], plan: list[tuple[Any, ...]]) -> None:
+    """Three ids within 30 s remembered: commands fall out of the memory (by count and by time)."""
+    _run(BANK, ACCOUNT, [OpenAccount("ann"), *commands], [(True, None, "open", None, 0, False), *plan],
+         DedupPolicy(window_ms=30_000, max_per_aggregate=3))
+
+
+def test_the_packed_path_is_taken_natively_for_a_plain_acceptance() -> None:
+    """A deposit on an open account, its row packed: decided in the native step (with the
+    native module installed), the row made there."""
+    step = AggregateStep(BANK, BANK.codec, TOPICS, results_partitions=4, max_record_bytes=LIMIT)
+    if os.environ.get("CQRS_TEST_NATIVE") != "1":
+        pytest.skip("CQRS_TEST_NATIVE=1 is not set: the native module is optional")
+    assert step.packs, "the native module did not load: is native/ installed (pip install ./native)?"
+    opened = step.apply(ACCOUNT, "id-1", None, [_read(BANK, "id-1", OpenAccount("ann"), "open", None,
+                                                      0, 0, False, None)])
+    assert opened.record is not None
+    rec = _read(BANK, "id-1", Deposit(5), "dep-1", 1, 1, 1, False, 2)
+    before = dict(PACKED_PATHS)
+    fast = step.apply(ACCOUNT, "id-1", opened.record, [rec])
+    _packed_as_unpacked(step, ACCOUNT, "id-1", opened.record, rec, fast)
+    assert PACKED_PATHS["native"] == before["native"] + 1
