@@ -953,6 +953,7 @@ def _decide(worker: Worker, grouped: list[_Grouped],
             else:
                 items.append(Item(i, key, records))
     hits = skipped = 0
+    packs = step.packs
 
     room = worker.cache.room(sum(len(g.cache) for g in grouped))
 
@@ -977,13 +978,12 @@ def _decide(worker: Worker, grouped: list[_Grouped],
             else:
                 item.keep_decoded = worker.cache.admits()
             row = stored.get(item.key)
-            if type(row) is bytes:
-                if item.keep_decoded:
-                    row = StoredAggregate.unpacked(item.key[1], item.key[0], row)
-                else:  # decided as it is kept
-                    item.packed = row
-                    source, applied = StoredAggregate.applied_in(row)
-                    row = None
+            if not item.keep_decoded and packs and row is not None:  # decided as it is kept
+                item.packed = row if type(row) is bytes else row.packed()  # (a row read)
+                source, applied = StoredAggregate.applied_in(item.packed)
+                row = None
+            elif type(row) is bytes:
+                row = StoredAggregate.unpacked(item.key[1], item.key[0], row)
             if row is not None:
                 source, applied = row.source_partition, row.applied_offset
             item.row = row  # type: ignore[assignment]

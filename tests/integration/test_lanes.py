@@ -176,3 +176,29 @@ def test_a_lane_done_between_two_slices_is_written_before_what_the_next_one_deci
     results = fx.results()
     assert [results[c][0][0].version for c in ("w1", "t1")] == [1, 2], results
     assert fx.events("slow") == [1, 2]  # in the order of their versions
+
+
+def test_a_slow_decision_on_a_state_kept_packed_is_set_aside_with_that_state(
+        cqrs_config: CqrsConfig, unique_name: str) -> None:
+    """No state kept decoded (``state_cache_aggregates`` 0): the aggregate's second command is
+    decided on its packed row (natively, with the native module) and runs long. Its lane
+    starts from that row's state and takes the decision made on it; the next command goes on
+    from there: versions 1, 2, 3."""
+    cfg = cqrs_config.with_overrides(processor={"slow_decision_s": SLOW_S,
+                                                "decision_budget_s": BUDGET_S,
+                                                "state_cache_aggregates": 0})
+    opts = processor_options(cfg, unique_name, app, "slow_app:app")
+    assert opts.topics is not None
+    fx = Fixture(cfg, opts.topics, worker_for(cfg, opts))
+    first = fx.send(("packed", Tick(1), "p1"))
+    run_task(fx.worker, fx.topics.commands, {0: (0, first)}, time.monotonic() + 1.0)
+    second = fx.send(("packed", Work(1.0), "p2"), ("quick", Tick(1), "q1"))  # p2 alone: one command
+    run_task(fx.worker, fx.topics.commands, {0: (first, second)}, time.monotonic() + 3.0)
+    end = fx.send(("packed", Tick(2), "p3"))
+    run_task(fx.worker, fx.topics.commands, {0: (second, end)}, time.monotonic() + 1.0)
+    results = fx.results()
+    assert [(results[c][0][0].status, results[c][0][0].version) for c in ("p1", "p2", "p3")] == [
+        ("accepted", 1), ("accepted", 2), ("accepted", 3)], results
+    assert results["q1"][0][1] < results["p2"][0][1]  # not behind the slow one
+    assert fx.events("packed") == [1, 2, 3]
+    assert not fx.worker.lanes
