@@ -64,7 +64,7 @@ _LAYOUT = {"bucket", *_COLUMNS}  # a generation's columns
 _PACKED = struct.Struct(">BqBiqq")
 _PACKED_FORMAT = 1
 _APPLIED = struct.Struct(">iq")  # source partition and applied offset, after format, version, deleted
-_APPLIED_AT = 10
+_APPLIED_AT = struct.calcsize(">BqB")
 
 
 class StateTableError(CqrsError, RuntimeError):

@@ -45,8 +45,7 @@ pub fn remember_accepted<'py>(
     let Some(micros) = utc_micros(timestamp, utc) else {
         return Ok(None);
     };
-    // as int(micros / 1_000_000 * 1000): exact in floats below 2**53
-    let ms = (micros as f64 / 1_000_000.0 * 1000.0) as i64;
+    let ms = millis(micros);
     let (Ok(cid), Ok(answered), Ok(events), Ok(partition), Ok(offset)) = (
         command_id.downcast_exact::<PyString>(),
         answered.extract::<i64>(),
@@ -67,15 +66,10 @@ pub fn remember_accepted<'py>(
         return Ok(None);
     };
     let times = seen_times.as_bytes();
-    let (lo, hi) = if times.is_empty() {
-        (ms, ms)
-    } else {
-        let (lo, hi) = time_bounds(py, record, times)?;
-        (lo.min(ms), hi.max(ms))
-    };
-    if (times.len() / 8) as i64 >= max_count || (lo as i128) < hi as i128 - window_ms as i128 {
+    let old = if times.is_empty() { None } else { Some(time_bounds(py, record, times)?) };
+    let Some((lo, hi)) = appended_bounds(old, times.len() / 8, ms, window_ms, max_count) else {
         return Ok(None); // something falls out of the memory: the Python path trims it
-    }
+    };
     let ids_obj = record.getattr(pyo3::intern!(py, "seen_ids"))?;
     let Ok(ids) = ids_obj.downcast_exact::<PyString>() else {
         return Ok(None);
@@ -154,13 +148,15 @@ pub(crate) fn utc_micros(timestamp: &Bound<'_, PyAny>, utc: &Bound<'_, PyAny>) -
     (-EXACT_F64 < micros && micros < EXACT_F64).then_some(micros)
 }
 
-/// The record's oldest and newest remembered times (its memory is not empty): its cached
-/// bounds, else computed and cached on it, as `AggregateRecord.time_bounds` does.
-fn time_bounds(py: Python<'_>, record: &Bound<'_, PyAny>, times: &[u8]) -> PyResult<(i64, i64)> {
-    let cached = record.getattr(pyo3::intern!(py, "_time_bounds"))?;
-    if !cached.is_none() {
-        return cached.extract::<(i64, i64)>();
-    }
+/// Milliseconds of a time in microseconds as `int(micros / 1_000_000 * 1000)` (exact in
+/// floats below 2**53): a remembered command's time.
+pub(crate) fn millis(micros: i64) -> i64 {
+    (micros as f64 / 1_000_000.0 * 1000.0) as i64
+}
+
+/// The oldest and newest of remembered times (`seen_times`, int64 little endian each; not
+/// empty).
+pub(crate) fn scan_bounds(times: &[u8]) -> (i64, i64) {
     let mut lo = i64::MAX;
     let mut hi = i64::MIN;
     for chunk in times.chunks_exact(8) {
@@ -168,6 +164,35 @@ fn time_bounds(py: Python<'_>, record: &Bound<'_, PyAny>, times: &[u8]) -> PyRes
         lo = lo.min(t);
         hi = hi.max(t);
     }
+    (lo, hi)
+}
+
+/// The memory's time bounds once a command at `ms` is appended to its `count` remembered
+/// ones (bounded by `old`; None: none), when nothing falls out of it (`kept_indices`' rule:
+/// at most `max_count`, all within `window_ms` of the newest); None when something would.
+pub(crate) fn appended_bounds(
+    old: Option<(i64, i64)>,
+    count: usize,
+    ms: i64,
+    window_ms: i64,
+    max_count: i64,
+) -> Option<(i64, i64)> {
+    let (lo, hi) = old.map_or((ms, ms), |(lo, hi)| (lo.min(ms), hi.max(ms)));
+    if count as i64 >= max_count || (lo as i128) < hi as i128 - window_ms as i128 {
+        None
+    } else {
+        Some((lo, hi))
+    }
+}
+
+/// The record's oldest and newest remembered times (its memory is not empty): its cached
+/// bounds, else computed and cached on it, as `AggregateRecord.time_bounds` does.
+fn time_bounds(py: Python<'_>, record: &Bound<'_, PyAny>, times: &[u8]) -> PyResult<(i64, i64)> {
+    let cached = record.getattr(pyo3::intern!(py, "_time_bounds"))?;
+    if !cached.is_none() {
+        return cached.extract::<(i64, i64)>();
+    }
+    let (lo, hi) = scan_bounds(times);
     set_bounds(record, lo, hi)?;
     Ok((lo, hi))
 }

@@ -17,7 +17,9 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
 
-use crate::memory::{compact_entry, utc_micros, COMPACT_SIZE};
+use crate::memory::{
+    appended_bounds, compact_entry, millis, scan_bounds, utc_micros, COMPACT_SIZE,
+};
 use crate::reader::Cursor;
 use crate::writer::zigzag;
 
@@ -360,17 +362,10 @@ impl PackedStep {
         let Some(micros) = utc_micros(&timestamp, self.utc.bind(py)) else {
             return hand_over(py);
         };
-        let ms = (micros as f64 / 1_000_000.0 * 1000.0) as i64;
+        let ms = millis(micros);
         let times = state.seen_times;
-        let (mut lo, mut hi) = (ms, ms);
-        for chunk in times.chunks_exact(8) {
-            let t = i64::from_le_bytes(chunk.try_into().expect("8 bytes"));
-            lo = lo.min(t);
-            hi = hi.max(t);
-        }
-        if (times.len() / 8) as i64 >= self.max_count
-            || (lo as i128) < hi as i128 - self.window_ms as i128
-        {
+        let old = (!times.is_empty()).then(|| scan_bounds(times));
+        if appended_bounds(old, times.len() / 8, ms, self.window_ms, self.max_count).is_none() {
             return hand_over(py); // something falls out of the memory: the Python step trims it
         }
         let (Ok(answered), Ok(n_events32)) = (answered.extract::<i64>(), u32::try_from(n_events))
